@@ -1,0 +1,142 @@
+"The batch runner (npm_nb.batch) on tiny demo experiments in a temp folder, plus the real smoke profile end to end."
+import json, os
+from pathlib import Path
+import pytest, yaml
+from npm_nb.batch import (BatchError, main, run_batch, load_profile, apply_overrides, plan, list_profiles,
+                          make_demo_notebook, write_results_readme)
+from npm_nb.storage import project_root
+
+ROOT = project_root()
+P = "profile: str = 'smoke'  # profile\n"
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    "A workspace: demo experiments, a params folder with base + `tiny`, and a temp results folder."
+    monkeypatch.setenv('NPM_NB_RESULTS', str(tmp_path/'results'))
+    ex, pa = tmp_path/'experiments', tmp_path/'params'
+    make_demo_notebook(ex/'01_a.ipynb', P + "n: int = 5  # steps\nlr: float = 0.1  # rate\n",
+                       "import pandas as pd\nfrom npm_nb.batch import write_table\n"
+                       "write_table('01_a', pd.DataFrame({'acc': [n * lr]}, index=pd.Index(['NPM'], name='model')),"
+                       " title='Demo table', profile=profile, paper_ref='Table 1', scale={'training steps': n}, reading='Holds.')")
+    make_demo_notebook(ex/'02_b.ipynb', P + "device: str = 'auto'  # device\n", "assert device == 'cpu', device")
+    make_demo_notebook(ex/'03_fails.ipynb', P + "k: int = 1  # k\n", "raise ValueError(f'broken k={k}')")
+    make_demo_notebook(ex/'04_after_fail.ipynb', P)
+    pa.mkdir()
+    (pa/'base.yaml').write_text(yaml.safe_dump({'params': {'device': 'auto'}, 'notebooks': {
+        '01_a': {}, '02_b': {'after': ['01_a']}, '03_fails': {}, '04_after_fail': {'after': ['03_fails']}}}, sort_keys=False))
+    (pa/'tiny.yaml').write_text('params:\n  device: cpu\nnotebooks:\n  01_a:\n    params: {n: 2, lr: 5e-1}\n')
+    kw = dict(params_folder=pa, experiments_folder=ex, echo=lambda *a: None)
+    return dict(ex=ex, pa=pa, res=tmp_path/'results', kw=kw,
+                cli=['--params-dir', str(pa), '--experiments-dir', str(ex)])
+
+def states(st): return {n: s['state'] for n, s in st['steps'].items()}
+
+def test_run_folder_failure_and_resume(ws):
+    st = run_batch('tiny', **ws['kw'])
+    assert states(st) == {'01_a': 'done', '02_b': 'done', '03_fails': 'failed', '04_after_fail': 'skipped'}
+    run = Path(st['run_dir'])
+    assert run.parent == ws['res']/'runs'/'tiny'
+    assert {p.name for p in run.iterdir() if p.is_file()} == {'01_a.ipynb', '02_b.ipynb', '03_fails.ipynb', 'config.yaml',
+                                                             'env.json', 'status.json'}
+    cfg = yaml.safe_load((run/'config.yaml').read_text())
+    assert cfg['steps']['01_a']['params'] == {'profile': 'tiny', 'n': 2, 'lr': 0.5}
+    assert cfg['steps']['02_b']['params'] == {'profile': 'tiny', 'device': 'cpu'}
+    env = json.loads((run/'env.json').read_text())
+    assert {'git_commit', 'git_dirty', 'python', 'packages', 'device'} <= set(env) and 'papermill' in env['packages']
+    status = json.loads((run/'status.json').read_text())
+    assert 'ValueError: broken k=1' in status['steps']['03_fails']['error']
+    assert '03_fails' in status['steps']['04_after_fail']['error'] and status['finished'] is None
+    # the failing step's partial notebook is kept, with the traceback in it
+    assert 'broken k=1' in (run/'03_fails.ipynb').read_text()
+    # the table went to results/tables, was copied into the run folder, stamped with the run, and the page lists it
+    meta = json.loads((ws['res']/'tables'/'01_a.meta.json').read_text())
+    assert meta['run'] == f'tiny/{run.name}' and meta['step'] == '01_a' and (run/'tables'/'01_a.md').exists()
+    page = (ws['res']/'README.md').read_text()
+    assert 'Demo table' in page and '| NPM | 1 |' in page and 'training steps: 2' in page and 'Holds.' in page
+    assert f'`{run.name}`' in page and 'Profile**: `tiny`' in page
+
+    # re-run: resumes the same run; done steps are skipped; the failed one is retried (its first attempt archived)
+    make_demo_notebook(ws['ex']/'03_fails.ipynb', P + "k: int = 1  # k\n", "print('fixed')")
+    st2 = run_batch('tiny', **ws['kw'])
+    assert st2['run_dir'] == st['run_dir']
+    assert states(st2) == {n: 'done' for n in st['steps']}
+    assert st2['steps']['01_a'].get('cached') and st2['steps']['02_b'].get('cached')
+    assert not st2['steps']['03_fails'].get('cached') and (run/'attempts'/'03_fails.1.ipynb').exists()
+    assert json.loads((run/'status.json').read_text())['finished']
+
+    # --dry-run checks and plans without running
+    assert states(run_batch('tiny', **ws['kw'], dry_run=True)) == {n: 'planned' for n in st['steps']}
+
+def test_new_run_and_changed_params(ws):
+    (ws['pa']/'one.yaml').write_text('params: {device: cpu}\nnotebooks:\n  03_fails: {enabled: false}\n'
+                                     '  04_after_fail: {enabled: false}\n')
+    st = run_batch('one', **ws['kw'])
+    assert states(st) == {'01_a': 'done', '02_b': 'done'}
+    st2 = run_batch('one', **ws['kw'])  # the last run is finished: a new one, the old one untouched
+    assert st2['run_dir'] != st['run_dir'] and len(list((ws['res']/'runs'/'one').glob('2*'))) == 2
+    # make the latest run unfinished, then change a parameter: the step and its dependent run again
+    status_path = Path(st2['run_dir'])/'status.json'
+    s = json.loads(status_path.read_text()); s['steps']['02_b']['state'] = 'interrupted'; status_path.write_text(json.dumps(s))
+    st3 = run_batch('one', overrides=[('01_a.n', '7')], **ws['kw'])
+    assert st3['run_dir'] == st2['run_dir'] and states(st3) == {'01_a': 'done', '02_b': 'done'}
+    assert not st3['steps']['01_a'].get('cached') and not st3['steps']['02_b'].get('cached')
+    run = Path(st3['run_dir'])
+    assert (run/'attempts'/'01_a.1.ipynb').exists() and (run/'attempts'/'config.1.yaml').exists()
+    assert yaml.safe_load((run/'config.yaml').read_text())['steps']['01_a']['params']['n'] == 7
+    # --new starts a fresh run even when the latest one is unfinished
+    s = json.loads(status_path.read_text()); s['steps']['02_b']['state'] = 'failed'; status_path.write_text(json.dumps(s))
+    assert main(['one', '--new'] + ws['cli']) == 0
+    assert len(list((ws['res']/'runs'/'one').glob('2*'))) == 3
+
+def test_failure_exit_code_and_summary(ws, capsys):
+    (ws['pa']/'bad.yaml').write_text('params: {device: cpu}\nnotebooks:\n  01_a: {enabled: false}\n  02_b: {enabled: false}\n')
+    assert main(['bad'] + ws['cli']) == 1
+    out = capsys.readouterr().out
+    assert '03_fails' in out and 'failed' in out and 'skipped: 03_fails did not finish' in out
+
+def test_wrong_type(ws, capsys):
+    assert main(['tiny', '--dry-run', '-p', '01_a.n', 'five'] + ws['cli']) == 2
+    err = capsys.readouterr().err
+    assert "'n' expects int" in err and "got str 'five'" in err and '-p 01_a.n' in err
+    (ws['pa']/'typo.yaml').write_text('notebooks:\n  01_a: {params: {lr: fast}}\n')
+    with pytest.raises(BatchError, match="'lr' expects float"): run_batch('typo', **ws['kw'])
+    assert not (ws['res']/'runs'/'typo').exists(), 'nothing runs when a parameter is wrong'
+
+def test_undeclared_parameter(ws, capsys):
+    assert main(['tiny', '--dry-run', '-p', '01_a.lrr', '3'] + ws['cli']) == 2
+    err = capsys.readouterr().err
+    assert "'lrr' is not declared" in err and "did you mean 'lr'" in err and 'parameters cell of 01_a.ipynb' in err
+    assert main(['tiny', '--dry-run', '-p', 'batch_size', '3'] + ws['cli']) == 2
+    assert "no notebook of this profile declares 'batch_size'" in capsys.readouterr().err
+
+def test_unknown_profile_and_notebook(ws, capsys):
+    assert main(['tinny'] + ws['cli']) == 2
+    assert "Unknown profile 'tinny'" in (err := capsys.readouterr().err) and "did you mean 'tiny'" in err
+    (ws['pa']/'ghost.yaml').write_text('notebooks:\n  05_ghost: {}\n')
+    assert main(['ghost'] + ws['cli']) == 2
+    assert "Unknown notebook '05_ghost'" in capsys.readouterr().err
+    assert main(['tiny', '-p', '09_x.n', '1'] + ws['cli']) == 2
+    assert "has no notebook '09_x'" in capsys.readouterr().err
+
+def test_results_readme_is_deterministic(ws):
+    from npm_nb.batch import write_table, beside_paper
+    import pandas as pd
+    ours = pd.DataFrame({'acc': [0.5]}, index=pd.Index(['NPM'], name='model'))
+    write_table('05_demo', beside_paper(ours, {'NPM': {'acc': 87.2}}), title='T', profile='tiny', reading='R.')
+    a = write_results_readme().read_text(); b = write_results_readme().read_text()
+    assert a == b and '| model | acc | acc (paper) |' in a and '| NPM | 0.5 | 87.2 |' in a
+
+def test_project_profiles_are_valid():
+    "Every profile in params/ loads and checks against the experiment notebooks that exist (no execution)."
+    profiles = list_profiles(ROOT/'params')
+    assert {'smoke', 'cpu', 'gpu'} <= set(profiles)
+    for p in profiles: plan(apply_overrides(load_profile(p, ROOT/'params')), ROOT/'nbs'/'experiments')
+
+@pytest.mark.skipif(not (ROOT/'data'/'processed').exists(), reason='data/processed missing: run `make data` first')
+def test_smoke_batch(tmp_path, monkeypatch):
+    "The real smoke profile end to end (about 5 minutes), into a temp results folder."
+    monkeypatch.setenv('NPM_NB_RESULTS', str(tmp_path/'results'))
+    st = run_batch('smoke', params_folder=ROOT/'params')
+    bad = {n: s.get('error') for n, s in st['steps'].items() if s['state'] != 'done'}
+    assert not bad, f'smoke steps did not finish: {bad}'
+    assert (tmp_path/'results'/'README.md').exists()
