@@ -9,7 +9,7 @@ from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 import numpy as np, pandas as pd, torch
-from .tasks import normalize_answer, get_task, make_query, with_mask, MASK
+from .tasks import normalize_answer, get_task, make_query, with_mask, subsample_indices, MASK
 from .fetch import raw_file
 from .datastore import STOPWORDS
 from .inference import BM25Retriever, block_texts, bm25_query
@@ -226,7 +226,7 @@ def fuzzy_verbalizer(task, # a task name or Task
 # %% ../nbs/12_evaluation.ipynb #fab57509
 def _task_rows(task, # a task name or Task
                rows=None, # the examples; default: the task's evaluated subsample (`load_task`)
-               n: int | None = None, # only the first n rows
+               n: int | None = None, # a seeded random n of the rows, in their order (not the first n: files can be sorted by label)
               ) -> tuple:
     "`(Task, DataFrame of rows)`."
     t = get_task(task) if isinstance(task, str) else task
@@ -235,7 +235,7 @@ def _task_rows(task, # a task name or Task
         rows = load_task(t.name)
         if hasattr(rows, 'keys') and 'test' in rows.keys(): rows = rows['test']
     df = _records(rows)
-    return t, (df.head(n) if n is not None else df).reset_index(drop=True)
+    return t, (df.iloc[subsample_indices(len(df), n, seed=0)] if n is not None else df).reset_index(drop=True)
 
 def _summary(task, what: str, n: int, seconds: float, **kw) -> dict:
     return dict(task=task.name, model=what, n=n, **kw, seconds=round(seconds, 3),
@@ -264,7 +264,7 @@ def eval_closed_set(model, # an `NPM` (mode 'npm' or 'single'; an untrained enco
                     verbalizer: dict | None = None, # label word ↦ words, in label order; default fuzzy_verbalizer
                     k: int = 4096, # neighbours (per start / end query for NPM)
                     temperature: float = 5.0, # τ (App. A.4)
-                    n: int | None = None, # only the first n rows
+                    n: int | None = None, # a seeded random n of the rows (smoke runs)
                     rows=None, # the examples (default: load_task)
                     index=None, # a `VectorIndex` over ds; None: exact search
                     strict: bool = True, # every verbalizer word must be a single token
