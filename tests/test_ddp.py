@@ -1,0 +1,125 @@
+"""DDP check for npm_nb.training: two gloo processes on the CPU give the loss and gradients of one process on the
+concatenated batch, and the training loop runs end to end under two ranks.
+
+Loss scaling: in DDP each rank averages the loss over its own spans and DDP averages the gradients over ranks, so the
+objective is mean_r(loss_r), where loss_r scores rank r's queries against the candidates of *all* ranks (gathered
+with gradient). The single-process reference computes exactly that: one unmasked forward pass over the concatenated
+sequences of both ranks, each rank's masked copies encoded, and (loss_0 + loss_1) / 2 with `seq_offset` = the row of
+each rank's first sequence in the concatenated candidates.
+"""
+import json, os, socket, tempfile
+from pathlib import Path
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
+
+TEXTS = ["Thessaloniki is the second largest city in Greece. The port of Thessaloniki is on the Thermaic Gulf.",
+         "Athens is the capital of Greece. The port of Piraeus serves Athens and the islands of the Aegean Sea.",
+         "The White Tower of Thessaloniki stands on the waterfront. The city of Thessaloniki was founded in 315 BC.",
+         "Patras is the third largest city in Greece. The port of Patras links Greece to Italy across the Ionian Sea.",
+         "Heraklion is the largest city on Crete. The port of Heraklion is the main gate to the island of Crete.",
+         "Larissa is the capital of Thessaly. The river Pineios flows through the city of Larissa in central Greece.",
+         "Volos is a port city in Thessaly. The port of Volos is on the Pagasetic Gulf of the Aegean Sea.",
+         "Ioannina is the capital of Epirus. The lake of Ioannina lies at the foot of the Pindus mountains of Greece."]
+SHARDS = [[0, 1, 2], [3, 4]]  # rank 0 has three sequences, rank 1 two: the gather must pad B and L
+
+
+def _setup():
+    import transformers; transformers.logging.set_verbosity_error()
+    from npm_nb.models import load_tokenizer
+    from npm_nb.blocks import build_blocks
+    torch.set_num_threads(1)
+    tok = load_tokenizer('minilm')
+    return tok, build_blocks({'text': TEXTS}, tok, max_len=32, source='toy', progress=False)
+
+
+def _batches(objective, tok, blocks):
+    from npm_nb.training import TrainConfig, prepare_batch
+    cfg = TrainConfig(objective=objective)
+    return [prepare_batch([blocks[i] for i in idx], tok, cfg, seed=r + 1) for r, idx in enumerate(SHARDS)]
+
+
+def _init(rank, world, port):
+    os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
+    dist.init_process_group('gloo', rank=rank, world_size=world)
+
+
+def _ddp_step(rank, world, port, objective, out):
+    _init(rank, world, port)
+    try:
+        from npm_nb.models import tiny_encoder
+        from npm_nb.training import TwoViews, batch_loss
+        tok, blocks = _setup()
+        net = torch.nn.parallel.DistributedDataParallel(TwoViews(tiny_encoder(tok)))  # eval mode: no dropout
+        loss, _ = batch_loss(net, _batches(objective, tok, blocks)[rank], objective)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in net.module.encoder.named_parameters() if p.grad is not None}
+        torch.save({'loss': loss.detach(), 'grads': grads}, Path(out)/f'rank{rank}.pt')
+    finally: dist.destroy_process_group()
+
+
+def _reference(objective):
+    "One process, the concatenated batch, mean over the ranks' per-rank losses."
+    from npm_nb.models import tiny_encoder
+    from npm_nb.training import unmasked_inputs
+    from npm_nb.losses import start_end_loss, single_loss
+    tok, blocks = _setup()
+    enc = tiny_encoder(tok)
+    for p in enc.pooler.parameters(): p.requires_grad_(False)
+    bs = _batches(objective, tok, blocks)
+    allrows = [blocks[i] for idx in SHARDS for i in idx]
+    u = unmasked_inputs(allrows, tok)
+    cand = enc(**u).last_hidden_state
+    losses, offset = [], 0
+    for idx, b in zip(SHARDS, bs):
+        q = enc(input_ids=b['masked_input_ids'], attention_mask=b['masked_attention_mask']).last_hidden_state
+        if objective == 'npm':
+            l, _ = start_end_loss(q[b['span_seq'], b['q_start_pos']], q[b['span_seq'], b['q_end_pos']], b['span_seq'],
+                                  b['span_tokens'], b['span_len'], cand, u['input_ids'], u['attention_mask'].bool(), offset)
+        else:
+            l, _ = single_loss(q[b['q_seq'], b['q_pos']], b['q_seq'], b['q_token'], cand, u['input_ids'],
+                               u['attention_mask'].bool(), offset)
+        losses.append(l); offset += len(idx)
+    torch.stack(losses).mean().backward()
+    return [l.detach() for l in losses], {n: p.grad for n, p in enc.named_parameters() if p.grad is not None}
+
+
+def _free_port():
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+
+@pytest.mark.parametrize('objective', ['npm', 'single'])
+def test_ddp_equals_single_process(objective, tmp_path):
+    mp.spawn(_ddp_step, args=(2, _free_port(), objective, str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path/f'rank{r}.pt') for r in range(2)]
+    ref_losses, ref_grads = _reference(objective)
+    for r in range(2): torch.testing.assert_close(ranks[r]['loss'], ref_losses[r], rtol=1e-5, atol=1e-6)
+    assert set(ranks[0]['grads']) == set(ref_grads)
+    for n, g in ref_grads.items():
+        torch.testing.assert_close(ranks[0]['grads'][n], g, rtol=1e-4, atol=1e-6, msg=lambda m: f'{n}: {m}')
+        torch.testing.assert_close(ranks[1]['grads'][n], g, rtol=1e-4, atol=1e-6)  # DDP: every rank holds the mean
+
+
+def _ddp_train(rank, world, port, out):
+    _init(rank, world, port)
+    try:
+        from npm_nb.models import tiny_encoder
+        from npm_nb.training import TrainConfig, train
+        tok, blocks = _setup()
+        cfg = TrainConfig(objective='npm', model='tiny', corpora=('toy',), batch_size=2, steps=3, warmup=1, lr=1e-3,
+                          heldout=0.0, log_every=1, save_every=2, grad_accum=2, out_dir=out)
+        train(cfg, model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False)
+    finally: dist.destroy_process_group()
+
+
+def test_ddp_train_loop(tmp_path):
+    out = tmp_path/'run'
+    mp.spawn(_ddp_train, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    rows = [json.loads(l) for l in (out/'metrics.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in rows] == [1, 2, 3] and all(r['loss'] > 0 for r in rows)
+    assert (out/'final'/'config.json').exists() and (out/'final'/'trainer_state.pt').exists()
+    state = torch.load(out/'final'/'trainer_state.pt', weights_only=False)
+    assert state['cursor'] == 3 * 2  # 3 steps x 2 accumulated batches (each rank takes cursor*world + rank)
