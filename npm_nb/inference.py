@@ -5,7 +5,8 @@
 # %% ../nbs/11_inference.ipynb #6db4992a
 from __future__ import annotations
 import math, warnings
-from dataclasses import dataclass, asdict
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import pyarrow as pa
