@@ -505,16 +505,16 @@ def _closed_set_probs(self: NPM, texts, # one query or a list, each with one [MA
         if words: warnings.warn(f"NPM-single scores whole single-token words only; these verbalizer words are split by "
                                 f"the tokenizer and never match: {sorted(words)[:10]}")
         s, r = neighbours(ds, self.encode_queries(texts), k, index)
-        parts = [[(r, s, 'whole')]]
+        parts = [(r, s, 'whole')]
     else:
         qs, qe = self.encode_queries(texts)
         (s_s, s_r), (e_s, e_r) = neighbours(ds, qs, k, index), neighbours(ds, qe, k, index)
-        parts = [[(s_r, s_s, 'start'), (e_r, e_s, 'end')]]
+        parts = [(s_r, s_s, 'start'), (e_r, e_s, 'end')]
     T = temperature * (temperature if double_temperature and self.mode == 'npm' else 1.0)
     out = []
     for i in range(len(texts)):
         words, logits = [], []
-        for rows, scores, side in parts[0]:
+        for rows, scores, side in parts:
             ok = rows[i] >= 0
             words += neighbour_words(ds, tt, tt.token[rows[i][ok]], side, self.fold_case)
             logits.append(scores[i][ok] / T)
