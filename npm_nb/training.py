@@ -179,7 +179,7 @@ def batch_loss(model, # `TwoViews` (npm, single) or a `*ForMaskedLM` (mlm), poss
     if objective == 'mlm':
         out = model(input_ids=b['input_ids'], attention_mask=b['attention_mask'], labels=b['labels'])
         loss = out.loss if batch is not None else out.logits.sum() * 0
-        return loss, {'loss': float(loss)}
+        return loss, {'loss': loss.item()}
     if batch is None:
         cand, _ = model(b['input_ids'], b['attention_mask'])
         gather_candidates(cand, b['input_ids'], b['attention_mask'])
@@ -192,7 +192,7 @@ def batch_loss(model, # `TwoViews` (npm, single) or a `*ForMaskedLM` (mlm), poss
                                   b['span_tokens'], b['span_len'], cand, ids, mask, seq_offset=off)
     else:
         loss, st = single_loss(q[b['q_seq'], b['q_pos']], b['q_seq'], b['q_token'], cand, ids, mask, seq_offset=off)
-    return loss, {'loss': float(loss), **{k: float(v) for k, v in st.items()}}
+    return loss, {'loss': loss.item(), **{k: float(v) for k, v in st.items()}}
 
 # %% ../nbs/08_training.ipynb #9091f1b0
 def make_optimizer(model, cfg: TrainConfig):
