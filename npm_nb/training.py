@@ -57,7 +57,7 @@ class TrainConfig:
     save_every: int = 100
     keep_last: int = 2  # checkpoints kept (the final one always)
     amp: str = 'auto'  # 'auto' (bf16 or fp16 on CUDA, off on CPU), 'bf16', 'fp16', 'none'
-    max_blocks: int | None = None  # cap on blocks per corpus (smoke runs)
+    max_blocks: int | None = None  # cap on blocks per corpus (None or 0: all)
     device: str | None = None  # default: cuda if available
 
     def __post_init__(self):
@@ -73,7 +73,7 @@ def checkpoint_dir(profile: str, # e.g. 'smoke', 'cpu', 'gpu'
 
 # %% ../nbs/08_training.ipynb #783d18e3
 def _capped_blocks(docs, tok, max_len, source, cap):
-    if cap is None: return build_blocks(docs, tok, max_len=max_len, source=source, progress=False)
+    if not cap: return build_blocks(docs, tok, max_len=max_len, source=source, progress=False)  # None or 0: all
     n = min(len(docs), max(1, cap))
     while True:
         b = build_blocks(docs.select(range(n)), tok, max_len=max_len, source=source, progress=False)
@@ -87,7 +87,7 @@ def training_blocks(cfg: TrainConfig, tok) -> 'datasets.Dataset':
     parts = [_capped_blocks(load_corpus(name), tok, cfg.max_len, name, cfg.max_blocks) for name in cfg.corpora]
     return concatenate_datasets(parts)
 
-# %% ../nbs/08_training.ipynb #bc928b8b
+# %% ../nbs/08_training.ipynb #f758adf8
 class BatchStream:
     "Batch *k* of an endless, per-epoch shuffled stream over `batches` (a pure function of `k`)."
     def __init__(self, batches: list, seed: int = 0):
@@ -104,7 +104,7 @@ def mask_seed(seed: int, k: int) -> int:
     "The masking seed of stream item `k`."
     return int(np.random.default_rng([seed, k]).integers(2**31))
 
-# %% ../nbs/08_training.ipynb #6870f4e9
+# %% ../nbs/08_training.ipynb #d5c20639
 def prepare_batch(rows: list, # block rows of one batch
                   tok, cfg: TrainConfig,
                   seed: int, # masking seed (see `mask_seed`)
@@ -127,7 +127,7 @@ def prepare_batch(rows: list, # block rows of one batch
     b['n_tokens'] = int(b['attention_mask'].sum())
     return b
 
-# %% ../nbs/08_training.ipynb #0fa7b60f
+# %% ../nbs/08_training.ipynb #3da51f59
 def unmasked_inputs(rows: list, tok) -> dict:
     "Right-padded `input_ids` and `attention_mask` of block rows (no masking)."
     L = max(len(r['input_ids']) for r in rows)
@@ -135,7 +135,7 @@ def unmasked_inputs(rows: list, tok) -> dict:
     for i, r in enumerate(rows): ids[i, :len(r['input_ids'])] = torch.tensor(r['input_ids']); am[i, :len(r['input_ids'])] = 1
     return {'input_ids': ids, 'attention_mask': am}
 
-# %% ../nbs/08_training.ipynb #eca7cb6a
+# %% ../nbs/08_training.ipynb #04922c5f
 class TwoViews(nn.Module):
     "Encode the unmasked (candidates) and the masked (queries) copies of a batch with one shared encoder."
     def __init__(self, encoder, freeze_pooler: bool = True):
@@ -147,7 +147,7 @@ class TwoViews(nn.Module):
         if masked_input_ids is None: return cand, None
         return cand, self.encoder(input_ids=masked_input_ids, attention_mask=masked_attention_mask).last_hidden_state
 
-# %% ../nbs/08_training.ipynb #4a846c02
+# %% ../nbs/08_training.ipynb #3c442d23
 def gather_candidates(cand: torch.Tensor, # [B, L, h] last-layer states of the unmasked pass (with gradient)
                       cand_ids: torch.Tensor, # [B, L] token ids
                       cand_mask: torch.Tensor, # [B, L] real tokens
@@ -168,7 +168,7 @@ def gather_candidates(cand: torch.Tensor, # [B, L, h] last-layer states of the u
     dist.all_gather(ids_all, cand_ids); dist.all_gather(mask_all, cand_mask)
     return torch.cat(all_gather_grad(cand), 0), torch.cat(ids_all, 0), torch.cat(mask_all, 0).bool(), rank * B
 
-# %% ../nbs/08_training.ipynb #f6885212
+# %% ../nbs/08_training.ipynb #145ba861
 def batch_loss(model, # `TwoViews` (npm, single) or a `*ForMaskedLM` (mlm), possibly wrapped in DDP
                batch: dict | None, # from `prepare_batch`; `None` only under DDP (nothing to mask on this rank)
                objective: str, device='cpu',
@@ -194,7 +194,7 @@ def batch_loss(model, # `TwoViews` (npm, single) or a `*ForMaskedLM` (mlm), poss
         loss, st = single_loss(q[b['q_seq'], b['q_pos']], b['q_seq'], b['q_token'], cand, ids, mask, seq_offset=off)
     return loss, {'loss': loss.item(), **{k: float(v) for k, v in st.items()}}
 
-# %% ../nbs/08_training.ipynb #9091f1b0
+# %% ../nbs/08_training.ipynb #392b30a0
 def make_optimizer(model, cfg: TrainConfig):
     "AdamW (decay on weight matrices only) and the linear warm-up / linear decay schedule."
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -203,7 +203,7 @@ def make_optimizer(model, cfg: TrainConfig):
     opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=PAPER_CONFIG['betas'], eps=PAPER_CONFIG['eps'])
     return opt, get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
 
-# %% ../nbs/08_training.ipynb #67799cab
+# %% ../nbs/08_training.ipynb #b8f8a026
 def amp_setup(amp: str, device: str):
     "`(autocast context factory, GradScaler)` for `amp` on `device`."
     if not str(device).startswith('cuda') or amp == 'none':
@@ -211,7 +211,7 @@ def amp_setup(amp: str, device: str):
     dtype = torch.bfloat16 if amp == 'bf16' or (amp == 'auto' and torch.cuda.is_bf16_supported()) else torch.float16
     return (lambda: torch.autocast('cuda', dtype=dtype)), torch.amp.GradScaler('cuda', enabled=dtype == torch.float16)
 
-# %% ../nbs/08_training.ipynb #7adbb8b6
+# %% ../nbs/08_training.ipynb #34cb6df1
 def _rng_state() -> dict:
     np_state = np.random.get_state()
     st = {'python': random.getstate(), 'numpy': (np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]),
@@ -264,7 +264,7 @@ def link_final(out_dir, ckpt: Path) -> Path:
     tmp.symlink_to(Path(ckpt).name, target_is_directory=True); os.replace(tmp, out_dir/'final')
     return out_dir/'final'
 
-# %% ../nbs/08_training.ipynb #bb69e0a9
+# %% ../nbs/08_training.ipynb #4587f622
 _FREE_FIELDS = ('out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'profile')
 
 def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
@@ -282,7 +282,7 @@ def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
                          "use the same settings, another out_dir, or resume=False to start over")
     return state
 
-# %% ../nbs/08_training.ipynb #fee9fab7
+# %% ../nbs/08_training.ipynb #eae5605f
 def init_model(cfg: TrainConfig):
     "The init encoder for `cfg`: `AutoModel` for NPM / NPM-single, `AutoModelForMaskedLM` for the MLM baseline."
     cls = AutoModelForMaskedLM if cfg.objective == 'mlm' else AutoModel
@@ -407,7 +407,7 @@ def _log_row(win, state, sched, gnorm, secs, world):
     row.setdefault('loss', float('nan')); row.setdefault('mask_ratio', 0.0)
     return row
 
-# %% ../nbs/08_training.ipynb #c039da21
+# %% ../nbs/08_training.ipynb #dcedf9bd
 @torch.no_grad()
 def retrieval_eval(model, # an encoder or `*ForMaskedLM` (its encoder is used)
                    tok, blocks, # tokenizer and the blocks the batches index
@@ -433,7 +433,7 @@ def retrieval_eval(model, # an encoder or `*ForMaskedLM` (its encoder is used)
     enc.train(was_training)
     return {**{k: v / max(n_q, 1) for k, v in tot.items()}, 'n_queries': int(n_q), 'n_batches': n_b, 'n_skipped': n_skip}
 
-# %% ../nbs/08_training.ipynb #908a09ba
+# %% ../nbs/08_training.ipynb #4a29ea51
 def config_from_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     "A `TrainConfig` from command-line flags named like its fields (`--lr 3e-4 --corpora brown bbc`)."
     p = argparse.ArgumentParser(description='Train NPM, NPM-single or the MLM baseline (npm_nb.training).')
@@ -457,6 +457,6 @@ def main(argv=None):
     finally:
         if dist.is_initialized(): dist.destroy_process_group()
 
-# %% ../nbs/08_training.ipynb #b65725db
+# %% ../nbs/08_training.ipynb #d29a344c
 #| eval: false
 if __name__ == '__main__': main()
