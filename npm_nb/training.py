@@ -318,6 +318,9 @@ def train(cfg: TrainConfig, resume: bool = True,
     init_fp = encoder_fingerprint(model)
     out = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, cfg.objective)
     metrics_path = out/'metrics.jsonl'
+    if not resume and rank == 0:  # start over: old checkpoints would be picked by a later resume
+        for p in list_checkpoints(out): shutil.rmtree(p)
+        if (out/'final').is_symlink(): (out/'final').unlink()
     cks = list_checkpoints(out) if resume else []
     state = {'step': 0, 'cursor': 0, 'n_skipped': 0, 'tokens': 0, 'init_fingerprint': init_fp, 'model': cfg.model,
              'objective': cfg.objective}
