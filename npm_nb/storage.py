@@ -36,6 +36,7 @@ def atomic_path(path, # the final file name
     "Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix=suffix, dir=path.parent); os.close(fd)
+    umask = os.umask(0); os.umask(umask); os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give a normal file's mode
     try:
         yield Path(tmp)
         with open(tmp, 'rb+') as f: os.fsync(f.fileno())
