@@ -285,6 +285,7 @@ def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
 # %% ../nbs/08_training.ipynb #eae5605f
 def init_model(cfg: TrainConfig):
     "The init encoder for `cfg`: `AutoModel` for NPM / NPM-single, `AutoModelForMaskedLM` for the MLM baseline."
+    torch.manual_seed(cfg.seed)  # an MLM head the checkpoint lacks (MiniLM's) starts from the seed: same init, same fingerprint
     cls = AutoModelForMaskedLM if cfg.objective == 'mlm' else AutoModel
     return cls.from_pretrained(resolve_model(cfg.model))
 
