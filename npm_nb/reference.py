@@ -95,6 +95,9 @@ def reference_datastore(model: NPM, # the row's model (its encoder fills the sto
     "The cached datastore, built (resumably) from `reference_corpus(names, max_tokens)` on first use."
     fp = encoder_fingerprint(model.encoder)[:8]  # a retrained model gets its own store, never a stale one
     path = store_path(profile, f'{key}-{fp}', names, max_tokens, remove_stopwords, seed)
+    if (path/'manifest.json').exists() and not (path/'pending').exists():
+        ds = Datastore.load(path, model.encoder, model.tok)  # checks encoder and tokenizer against the manifest
+        if ds.manifest['parts']: return ds  # finished: the path names the corpus selection, no need to re-select it
     docs = reference_corpus(names, max_tokens, seed, model.tok)
     return Datastore.build(docs, model.encoder, model.tok, path, max_len=max_len, batch_size=batch_size,
                            remove_stopwords=remove_stopwords, source='+'.join([names] if isinstance(names, str) else names),
