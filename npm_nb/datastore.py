@@ -16,7 +16,7 @@ from .blocks import build_blocks, block_phrase, is_punctuation
 
 # %% auto #0
 __all__ = ['STOPWORDS', 'FORMAT_VERSION', 'encode_blocks', 'stopword_ids', 'stored_positions', 'tokenizer_fingerprint',
-           'corpus_fingerprint', 'Datastore', 'load', 'add', 'build', 'row_of', 'block_vectors', 'phrase']
+           'corpus_fingerprint', 'Datastore']
 
 # %% ../nbs/09_datastore.ipynb #fdf5a522
 def encode_blocks(model, # an encoder whose output has `last_hidden_state` (e.g. `load_encoder(...)`)
@@ -199,7 +199,7 @@ def _create(cls, path, model, tok, max_len=256, remove_stopwords=False, source='
     return cls(path, model, tok)
 
 @classmethod
-def load(cls, path, # a datastore folder
+def _load(cls, path, # a datastore folder
          model=None, tok=None, # when given: checked against the manifest (and kept, so `add` can encode)
         ) -> Datastore:
     "Open the datastore at `path`; a different encoder or tokenizer than the manifest's is an error."
@@ -210,7 +210,7 @@ def load(cls, path, # a datastore folder
     _check(json.loads((path/'manifest.json').read_text()), model, tok, path)
     return cls(path, model, tok)
 
-Datastore._create, Datastore.load = _create, load
+Datastore._create, Datastore.load = _create, _load
 
 # %% ../nbs/09_datastore.ipynb #823d6964
 def _prepare(self, new_docs, source):
@@ -284,7 +284,7 @@ def _commit(self, st):
     shutil.rmtree(self.path/f"meta-{g - 1}", ignore_errors=True); shutil.rmtree(pend, ignore_errors=True)
     self._open()
 
-def add(self, new_docs, # documents to append: a table with `text` (+ optional `id`, `title`)
+def _add(self, new_docs, # documents to append: a table with `text` (+ optional `id`, `title`)
         batch_size: int = 32, device: str | None = None, progress: bool = True,
         source: str | None = None, # block source name (default: the store's)
        ) -> Datastore:
@@ -300,7 +300,7 @@ def add(self, new_docs, # documents to append: a table with `text` (+ optional `
     return self
 
 @classmethod
-def build(cls, docs, # documents: a table with `text` (+ optional `id`, `title`)
+def _build(cls, docs, # documents: a table with `text` (+ optional `id`, `title`)
           model, tok, # the encoder (its last hidden layer is stored) and its tokenizer
           path, # the datastore folder (created; an unfinished build there is continued)
           max_len: int = 256, # tokens per block (as in training)
@@ -319,22 +319,22 @@ def build(cls, docs, # documents: a table with `text` (+ optional `id`, `title`)
         return ds
     return ds.add(docs, batch_size=batch_size, device=device, progress=progress)
 
-Datastore.add, Datastore.build = add, build
+Datastore.add, Datastore.build = _add, _build
 
 # %% ../nbs/09_datastore.ipynb #1a9cb2de
-def row_of(self, block: int, pos: int) -> int:
+def _row_of(self, block: int, pos: int) -> int:
     "The vector row of token `pos` of `block`, or -1 when that token is not stored."
     s, e = self.block_vec_start[block], self.block_vec_start[block + 1]
     k = s + np.searchsorted(self.vec_pos[s:e], pos)
     return int(k) if k < e and self.vec_pos[k] == pos else -1
 
-def block_vectors(self, block: int):
+def _block_vectors(self, block: int):
     "`(rows, positions)` of all stored vectors of `block`; the vectors are `self.vectors[rows]`."
     s, e = int(self.block_vec_start[block]), int(self.block_vec_start[block + 1])
     return np.arange(s, e, dtype=np.int64), self.vec_pos[s:e].astype(np.int64)
 
-def phrase(self, block: int, i: int, j: int) -> str:
+def _phrase(self, block: int, i: int, j: int) -> str:
     "The document text of tokens `i..j` (inclusive) of `block`."
     return block_phrase(self.blocks[int(block)], self.texts, i, j)
 
-Datastore.row_of, Datastore.block_vectors, Datastore.phrase = row_of, block_vectors, phrase
+Datastore.row_of, Datastore.block_vectors, Datastore.phrase = _row_of, _block_vectors, _phrase

@@ -13,7 +13,7 @@ from .storage import atomic_path, atomic_write_json
 
 # %% auto #0
 __all__ = ['KINDS', 'training_sample', 'default_nlist', 'faiss_has_gpu', 'VectorIndex', 'rescore_exact', 'build_index',
-           'recall_at_k', 'save', 'load_index']
+           'recall_at_k', 'load_index']
 
 # %% ../nbs/10_index.ipynb #b0737016
 def _chunks(vectors, size: int = 65_536, desc: str = 'add', progress: bool = True):
@@ -194,7 +194,7 @@ def recall_at_k(rows: np.ndarray, # rows returned by an index [Q, >=k]
     return float(np.mean([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(rows, exact_rows)]))
 
 # %% ../nbs/10_index.ipynb #6fbf7255
-def save(self, path):
+def _save(self, path):
     "Write the index to the folder `path` (`index.faiss` + `index.json`), atomically."
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     ix = self.index
@@ -205,7 +205,7 @@ def save(self, path):
     atomic_write_json(path/'index.json', self.params)
     return path
 
-VectorIndex.save = save
+VectorIndex.save = _save
 
 def load_index(path, # a folder written by `VectorIndex.save`
                store=None, # the fp16 store (array or `Datastore`) to attach for rescoring
