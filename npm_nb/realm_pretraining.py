@@ -362,6 +362,7 @@ def train_realm(cfg: RealmConfig,
                 chunks: dict, # the knowledge corpus (`chunk_documents`) the examples were cut from
                 model: REALM | None = None, # the init model (default: `REALM.from_parts(cfg.retriever, cfg.reader)`)
                 heldout: list | None = None, # held-out examples for `heldout_eval` (start, every `eval_every`, end)
+                index: np.ndarray | None = None, # the initial index (Embed_doc of `chunks` by the init retriever; default: embed)
                 resume: bool = True,
                 stop_after: int | None = None, # end after this step as if interrupted (writes a checkpoint)
                 progress: bool = True) -> Path:
@@ -390,7 +391,8 @@ def train_realm(cfg: RealmConfig,
     else:
         for p in (metrics, evals, out/'refresh.jsonl'):
             if p.exists(): p.unlink()
-        index = _index_vectors(model, doc_ids, cfg)
+        index = _index_vectors(model, doc_ids, cfg) if index is None else np.asarray(index, np.float32)
+        if index.shape[0] != len(doc_ids): raise ValueError(f"the initial index has {index.shape[0]} rows for {len(doc_ids)} chunks")
     for p in (metrics, evals, out/'refresh.jsonl'): _truncate_metrics(p, state['step'])
     model.to(device).train()
     opt, sched = _optimizer(model, cfg)
@@ -426,7 +428,7 @@ def train_realm(cfg: RealmConfig,
     last = None
     try:
         while state['step'] < cfg.steps:
-            t, t0, w0 = state['step'], time.perf_counter(), 0.0
+            t, t0, c0, w0 = state['step'], time.perf_counter(), time.process_time(), 0.0
             if refresher is not None and cfg.refresh == 'async' and refresher.busy:
                 r = refresher.poll()
                 if r: swap(r)
@@ -453,6 +455,7 @@ def train_realm(cfg: RealmConfig,
                 prior, post = retrieval_weights(o['f'], o['log_p_y'])
                 row = {'step': state['step'], 'loss': loss.item(), 'grad_norm': gnorm, 'lr': sched.get_last_lr()[0],
                        'index_age': t - state['index_step'], 'wait_s': w0, 'seconds': time.perf_counter() - t0,
+                       'cpu_seconds': time.process_time() - c0,
                        'recall_at_k': float(np.mean([bool(set(r.tolist()) & set(e['gold_rows'])) for r, e in zip(o['rows'], ex)])),
                        'builder_busy': bool(refresher is not None and refresher.busy), 'time': time.time()}
                 if cfg.null_doc:
