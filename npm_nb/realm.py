@@ -20,9 +20,9 @@ from .inference import exact_search, MASK
 
 # %% auto #0
 __all__ = ['chunk_documents', 'join_bert', 'doc_input_ids', 'null_doc_ids', 'query_input_ids', 'pad_ids', 'Retriever',
-           'save_retriever', 'load_retriever', 'embed_documents', 'mips', 'reader_inputs', 'reader_log_probs',
-           'marginal_log_likelihood', 'retrieval_weights', 'RealmBatch', 'REALM', 'DocumentIndex', 'RealmPrediction',
-           'reader_scores', 'retrieval_utility', 'eval_open_set_realm']
+           'save_retriever', 'load_retriever', 'embed_documents', 'mips', 'reader_inputs', 'masked_logits',
+           'reader_log_probs', 'marginal_log_likelihood', 'retrieval_weights', 'RealmBatch', 'REALM', 'DocumentIndex',
+           'RealmPrediction', 'reader_scores', 'retrieval_utility', 'eval_open_set_realm']
 
 # %% ../nbs/12b_realm.ipynb #81421bbe
 def chunk_documents(docs, # a table with `text` (+ optional `id`, `title`): a `datasets.Dataset`, dict of lists or DataFrame
@@ -188,6 +188,18 @@ def reader_inputs(tok, x_ids: list, # `[CLS] x [SEP]` of each pair (with its mas
         seqs.append(list(x) + z + [tok.sep_token_id]); types.append(len(x))
     return pad_ids(seqs, tok.pad_token_id, types)
 
+def masked_logits(reader, # a `*ForMaskedLM` (BERT's `cls` head or RoBERTa's `lm_head`)
+                  ids, att, tt, # from `reader_inputs`
+                  positions: torch.Tensor, # [P, 2] (pair, position)
+                 ) -> torch.Tensor:
+    "The reader's vocabulary logits `[P, V]` at the given positions only: the MLM head runs on those states alone."
+    if getattr(reader.config, 'type_vocab_size', 2) < 2: tt = torch.zeros_like(tt)
+    head = getattr(reader, 'cls', None) or getattr(reader, 'lm_head', None)
+    if head is None:  # another architecture: the full logits, then the positions
+        return reader(input_ids=ids, attention_mask=att, token_type_ids=tt).logits[positions[:, 0], positions[:, 1]]
+    h = reader.base_model(input_ids=ids, attention_mask=att, token_type_ids=tt).last_hidden_state
+    return head(h[positions[:, 0], positions[:, 1]])
+
 def reader_log_probs(reader, # a `*ForMaskedLM`
                      ids, att, tt, # from `reader_inputs`
                      mask_pos: torch.Tensor, # [P, 2] (pair, position) of every masked token
@@ -195,13 +207,12 @@ def reader_log_probs(reader, # a `*ForMaskedLM`
                      return_dist: bool = False, # also return log p(·|z,x) at every mask, [P, V]
                     ):
     "Σ_j log p(y_j|z,x) for every pair: `[n_pairs]` (with gradient when the reader is in training)."
-    logits = reader(input_ids=ids, attention_mask=att, token_type_ids=tt).logits
-    lp = logits[mask_pos[:, 0], mask_pos[:, 1]].float().log_softmax(-1)
+    lp = masked_logits(reader, ids, att, tt, mask_pos).float().log_softmax(-1)
     tok_lp = lp.gather(1, targets[:, None])[:, 0]
     sums = torch.zeros(ids.shape[0], device=lp.device, dtype=lp.dtype).index_add(0, mask_pos[:, 0], tok_lp)
     return (sums, lp) if return_dist else sums
 
-# %% ../nbs/12b_realm.ipynb #562e3d7f
+# %% ../nbs/12b_realm.ipynb #ed697bf3
 def marginal_log_likelihood(f: torch.Tensor, # [B, K] relevance scores of each query's candidates (fresh θ)
                             log_p_y: torch.Tensor, # [B, K] log p(y|z,x) of each candidate
                             valid: torch.Tensor | None = None, # [B, K] False for padding candidates
@@ -216,7 +227,7 @@ def retrieval_weights(f, log_p_y, valid=None) -> tuple:
     prior = f.log_softmax(-1)
     return prior.exp(), (prior + log_p_y).log_softmax(-1).exp()
 
-# %% ../nbs/12b_realm.ipynb #76157955
+# %% ../nbs/12b_realm.ipynb #1fb06173
 @dataclass
 class RealmBatch:
     "One batch of masked queries: `[CLS] x [SEP]` ids, mask positions and gold tokens."
@@ -282,7 +293,7 @@ def _span_hits(batch: RealmBatch, pz, lp, K) -> list:
         hits.append((block.exp() * pz[b][:, None, None]).sum(0).argmax(-1).tolist() == list(ys))
     return hits
 
-# %% ../nbs/12b_realm.ipynb #6b4bcfaf
+# %% ../nbs/12b_realm.ipynb #1790ac72
 class DocumentIndex:
     "Chunks of a knowledge corpus and their Embed_doc vectors (`vectors` [N, d] float32)."
     def __init__(self, chunks: dict, doc_ids: list, vectors: np.ndarray, fingerprint: str = '', step: int | None = None):
@@ -323,7 +334,7 @@ class DocumentIndex:
         m, c = json.loads((path/'index.json').read_text()), json.loads((path/'chunks.json').read_text())
         return cls(c['chunks'], c['doc_ids'], np.load(path/'vectors.npy'), m['fingerprint'], m['step'])
 
-# %% ../nbs/12b_realm.ipynb #3e5715a0
+# %% ../nbs/12b_realm.ipynb #a1897801
 @dataclass
 class RealmPrediction:
     "A filled query: the answer text, its marginal probability per filled token, and the documents read."
@@ -354,12 +365,14 @@ def _fill(model: REALM, x_ids: list, index: DocumentIndex, k: int, null_doc: boo
             xs = [filled[a + b] for b in range(B) for _ in range(K)]
             zs = [z for b in range(B) for z in bodies[b]]
             rin = [t.to(dev) for t in reader_inputs(tok, xs, zs, model.max_len)]
-            logits = model.reader(input_ids=rin[0], attention_mask=rin[1], token_type_ids=rin[2]).logits.float()
-            logits[..., special] = -float('inf')
-            p = (logits.softmax(-1).view(B, K, *logits.shape[1:]) * pz[:, :, None, None]).sum(1)   # marginal [B, L, V]
+            at = torch.tensor([(b * K + j, p) for b in range(B) for j in range(K) for p in open_[b]], device=dev).view(-1, 2)
+            lg = masked_logits(model.reader, *rin, at).float()
+            lg[:, special] = -float('inf'); pr, o = lg.softmax(-1), 0
             for b in range(B):
-                if not open_[b]: continue
-                conf, best = p[b, open_[b]].max(-1)
+                m = len(open_[b])
+                if not m: continue
+                mix = (pr[o:o + K * m].view(K, m, -1) * pz[b][:, None, None]).sum(0); o += K * m   # marginal [m, V]
+                conf, best = mix.max(-1)
                 j = int(conf.argmax()); pos = open_[b][j]
                 filled[a + b][pos] = int(best[j]); probs[a + b].append(float(conf[j]))
     return filled, probs, rows, torch.cat(prior).numpy()
@@ -392,7 +405,7 @@ def _predict(self: REALM, texts, # a query (or list) with exactly one `[MASK]`
 
 REALM.predict = _predict
 
-# %% ../nbs/12b_realm.ipynb #77f870a7
+# %% ../nbs/12b_realm.ipynb #76919c2b
 def _from_parts(cls, retriever='minilm', # a retriever folder or an encoder alias / folder (warm start)
                 reader='minilm', # a masked-LM folder (the MLM-continued MiniLM) or alias
                 device: str | None = None, **kw):
@@ -419,7 +432,7 @@ def _save_pretrained(self, path):
 REALM.from_parts, REALM.from_pretrained = classmethod(_from_parts), classmethod(_from_pretrained)
 REALM.save_pretrained = _save_pretrained
 
-# %% ../nbs/12b_realm.ipynb #8fdaa89e
+# %% ../nbs/12b_realm.ipynb #b4c8fb3c
 @torch.no_grad()
 def reader_scores(model: REALM, examples: list, # dicts with x_ids, mask_pos, y_ids
                   bodies: list, # per example, a list of document bodies (token ids) to score; ∅ is appended
@@ -446,7 +459,7 @@ def retrieval_utility(scores: np.ndarray) -> np.ndarray:
     "RU(z|x) = log p(y|z,x) − log p(y|∅,x) from `reader_scores` output: `[B, K]` (∅, the last column, dropped)."
     return scores[:, :-1] - scores[:, -1:]
 
-# %% ../nbs/12b_realm.ipynb #18a68483
+# %% ../nbs/12b_realm.ipynb #b4a493d2
 def _contains(text: str, golds) -> bool:
     from npm_nb.tasks import normalize_answer
     t = f' {normalize_answer(text)} '

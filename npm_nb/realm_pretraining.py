@@ -108,6 +108,7 @@ def _mask_example(tok, title, sent, span, max_query_len, title_prefix):
     pos = [i for i, (s, e) in enumerate(enc['offset_mapping']) if s >= a and e <= b and e > s]
     if not pos or enc['offset_mapping'][pos[0]][0] != a or enc['offset_mapping'][pos[-1]][1] != b: return None
     if pos != list(range(pos[0], pos[-1] + 1)) or len(enc['input_ids']) + 2 > max_query_len: return None
+    if _norm(text[a:b]) in _norm(text[:a] + ' | ' + text[b:]): return None  # readable from the query itself
     ids = list(enc['input_ids']); y = [ids[p] for p in pos]
     for p in pos: ids[p] = tok.mask_token_id
     return {'x_ids': join_bert(tok, ids), 'mask_pos': [p + 1 for p in pos], 'y_ids': y, 'answer': text[a:b],
@@ -119,7 +120,9 @@ def realm_examples(chunks: dict, # from `chunk_documents` (the knowledge corpus;
                    max_query_len: int = 48, max_masks: int = 10, min_tokens: int = 6,
                    title_prefix: bool = True,
                    rows: list | None = None, # only sentences of these chunk rows (default: all), visited in a seeded order
-                   max_gold: int = 64, progress: bool = False) -> list:
+                   max_gold: int = 64, progress: bool = False,
+                   strict: bool = True, # fewer than `n` found: an error (False: a warning, and the ones found)
+                  ) -> list:
     "`n` salient-span-masked sentences of the corpus with their trivial-retrieval exclusions and gold-containing chunks."
     check_tokenizer(tok)
     rng = np.random.default_rng(seed)
@@ -150,8 +153,11 @@ def realm_examples(chunks: dict, # from `chunk_documents` (the knowledge corpus;
             ex['gold_rows'] = [j for j, t in enumerate(normed) if na in t and j not in ex['exclude']][:max_gold]
             ex.update(chunk=r, sentence=s); out.append(ex); bar.update(1)
     bar.close()
-    if len(out) < n: raise ValueError(f"only {len(out)} of {n} sentences with a salient span in {len(order)} chunks: "
-                                      "use a larger corpus, fewer examples, or a larger max_query_len")
+    if len(out) < n:
+        msg = (f"only {len(out)} of {n} sentences with a salient span in {len(order)} chunks: "
+               "use a larger corpus, fewer examples, or a larger max_query_len")
+        if strict: raise ValueError(msg)
+        import warnings; warnings.warn(msg)
     return out
 
 # %% ../nbs/12c_realm_pretraining.ipynb #96f3b8a4
