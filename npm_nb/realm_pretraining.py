@@ -160,19 +160,19 @@ def realm_examples(chunks: dict, # from `chunk_documents` (the knowledge corpus;
         import warnings; warnings.warn(msg)
     return out
 
-# %% ../nbs/12c_realm_pretraining.ipynb #96f3b8a4
-def _refresh_worker(workdir: str, threads: int, batch_size: int, pad_id: int, req_q, res_q):
+# %% ../nbs/12c_realm_pretraining.ipynb #d3b96e15
+def _refresh_worker(workdir: str, threads: int, batch_size: int, pad_id: int, req_q, res_q, device: str = 'cpu'):
     "The index builder's loop (runs in the background process)."
     torch.set_num_threads(max(1, threads))
     w = Path(workdir); meta = json.loads((w/'refresher.json').read_text())
     doc_ids = torch.load(w/'doc_ids.pt', weights_only=False)
-    r = Retriever(AutoModel.from_config(AutoConfig.from_pretrained(w/'encoder')), **{**meta['retriever'], 'shared': True}).eval()
+    r = Retriever(AutoModel.from_config(AutoConfig.from_pretrained(w/'encoder')), **{**meta['retriever'], 'shared': True}).to(device).eval()
     while True:
         req = req_q.get()
         if req is None: break
         try:
             sd = torch.load(req['snapshot'], map_location='cpu', weights_only=True)
-            r.doc_encoder.load_state_dict({k[len('doc_encoder.'):]: v for k, v in sd.items() if k.startswith('doc_encoder.')})
+            r.doc_encoder.load_state_dict({k[len('doc_encoder.'):]: v for k, v in sd.items() if k.startswith('doc_encoder.')})  # copied onto `device`
             r.W_doc.load_state_dict({k[len('W_doc.'):]: v for k, v in sd.items() if k.startswith('W_doc.')})
             t0, c0 = time.perf_counter(), time.process_time()
             v = embed_documents(r, doc_ids, pad_id, batch_size)
@@ -188,7 +188,7 @@ class IndexRefresher:
     def __init__(self, workdir, # a folder for snapshots and finished indexes
                  retriever: Retriever, doc_ids: list, # the retriever (its architecture) and the corpus's inputs
                  pad_id: int = 0, threads: int = 1, # torch threads of the builder
-                 batch_size: int = 64):
+                 batch_size: int = 64, device: str = 'cpu'): # where the builder embeds (a GPU run: its GPU)
         self.workdir = Path(workdir); self.workdir.mkdir(parents=True, exist_ok=True)
         retriever.doc_encoder.config.save_pretrained(self.workdir/'encoder')
         with atomic_path(self.workdir/'doc_ids.pt') as tmp: torch.save(doc_ids, tmp)
@@ -197,7 +197,7 @@ class IndexRefresher:
         self.req, self.res = ctx.Queue(), ctx.Queue()
         from npm_nb import realm_pretraining as _self  # the worker must be importable by the spawned process
         self.proc = ctx.Process(target=_self._refresh_worker, daemon=True,
-                                args=(str(self.workdir), threads, batch_size, pad_id, self.req, self.res))
+                                args=(str(self.workdir), threads, batch_size, pad_id, self.req, self.res, str(device)))
         self.proc.start(); self.pending = None; self.log = []
 
     @property
@@ -408,7 +408,8 @@ def train_realm(cfg: RealmConfig,
     stream = BatchStream([list(range(a, a + cfg.batch_size)) for a in range(0, len(examples) - cfg.batch_size + 1, cfg.batch_size)], cfg.seed)
     refresher = None
     if cfg.refresh in ('async', 'scheduled'):
-        refresher = IndexRefresher(out/'refresh', model.retriever, doc_ids, tok.pad_token_id, cfg.refresh_threads, cfg.embed_batch_size)
+        refresher = IndexRefresher(out/'refresh', model.retriever, doc_ids, tok.pad_token_id, cfg.refresh_threads,
+                                   cfg.embed_batch_size, device)
         if pending is not None:  # hand the builder the snapshot it had when the checkpoint was written
             snap = out/'refresh'/f'snapshot-{pending[1]}.pt'
             if not (snap.exists() and os.path.samefile(pending[0], snap)): shutil.copy(pending[0], snap)
