@@ -20,11 +20,12 @@ from .reference import trained_path, reference_datastore, reference_bm25, store_
 
 # %% auto #0
 __all__ = ['MAX_QUERY_CHARS', 'MAX_CORPUS_CHARS', 'EXAMPLE', 'CORPORA', 'FIGURE1_DOCS', 'MODELS', 'STYLE', 'PAGE', 'EXAMPLES',
-           'CHROMIUM_ARGS', 'InputProblem', 'check_query', 'parse_corpus', 'closed_set_task', 'parse_labels',
-           'task_verbalizer', 'CorpusEntry', 'register_corpus', 'ModelEntry', 'register_model', 'Settings', 'Evidence',
-           'Exploration', 'evidence', 'doc_meta', 'NPMResources', 'prepare_npm', 'answer_npm', 'register_checkpoint',
-           'Explorer', 'bars_svg', 'render_error', 'render_html', 'explorer_widget', 'create_app', 'chromium_path',
-           'free_port', 'serve_in_thread', 'screenshot', 'start_explorer', 'main']
+           'CHROMIUM_ARGS', 'BENCH_QUERIES', 'BENCH_TEMPLATES', 'InputProblem', 'check_query', 'parse_corpus',
+           'closed_set_task', 'parse_labels', 'task_verbalizer', 'CorpusEntry', 'register_corpus', 'ModelEntry',
+           'register_model', 'Settings', 'Evidence', 'Exploration', 'evidence', 'doc_meta', 'NPMResources',
+           'prepare_npm', 'answer_npm', 'register_checkpoint', 'Explorer', 'bars_svg', 'render_error', 'render_html',
+           'explorer_widget', 'create_app', 'chromium_path', 'free_port', 'serve_in_thread', 'screenshot',
+           'start_explorer', 'main', 'latency_benchmark']
 
 # %% ../nbs/14_explorer.ipynb #2b2d2377
 MAX_QUERY_CHARS = 1_000     # a query is a sentence or two around the blank
@@ -756,11 +757,15 @@ def main(argv=None):
     ap.add_argument('--plain-labels', action='store_true', help='closed-set templates use the label words alone')
     ap.add_argument('--screenshot', default=None, help='write a PNG of the app answering --query, then exit')
     ap.add_argument('--query', default=EXAMPLES[0], help='the query typed for --screenshot')
+    ap.add_argument('--benchmark', action='store_true', help='time answers per search mode into results/benchmarks, then exit')
     a = ap.parse_args(argv)
     if a.checkpoint: a.model = register_checkpoint(a.checkpoint)
     for name, reg in (('model', list(MODELS) + ['auto']), ('corpus', [k for k, c in CORPORA.items() if not c.pasted])):
         if getattr(a, name) not in reg: ap.error(f"--{name} {getattr(a, name)!r}: choose one of {reg}")
     torch.set_num_threads(min(2, torch.get_num_threads()))
+    if a.benchmark:
+        df, scale = latency_benchmark(a.profile, a.model, a.corpus)
+        print(scale); print(df.to_string(index=False)); return
     ex = start_explorer(a.profile, a.model, a.corpus, a.device, fuzzy=not a.plain_labels)
     app = create_app(ex, a.model, ex.corpus, a.query)
     if a.screenshot:
@@ -771,6 +776,52 @@ def main(argv=None):
     print(f'NPM explorer: http://{a.host}:{a.port}/  (Ctrl-C stops it)', flush=True)
     app.run(host=a.host, port=a.port, threaded=True)
 
-# %% ../nbs/14_explorer.ipynb #ae0cb167
+# %% ../nbs/14_explorer.ipynb #11fc6878
+BENCH_QUERIES = ['Thessaloniki is a city in [MASK].', 'The capital of Greece is [MASK].', 'The Han River flows through [MASK].',
+                 'Football is a popular [MASK] in Brazil.', 'The currency of Japan is the [MASK].', 'Mount Everest is in [MASK].']
+BENCH_TEMPLATES = ['The rooms were clean and the price was low. It was [MASK].',
+                   'The plot was dull and the acting was wooden. It was [MASK].',
+                   'Shares fell after the bank reported a loss. The text topic is about [MASK].']
+
+def latency_benchmark(profile: str = 'cpu', model: str = 'auto', corpus: str = 'open', reps: int = 2,
+                      queries=BENCH_QUERIES, templates=BENCH_TEMPLATES, write: bool = True):
+    "Seconds per answer after start-up, per search mode (interleaved); written to `results/benchmarks/explorer_latency`."
+    import os, pandas as pd
+    ex = start_explorer(profile, model, corpus, warm=False, progress=False)
+    key = ex.default_model()[0] if model == 'auto' else model
+    load0 = os.getloadavg()[0]
+    def timed(q, **kw):
+        c0 = time.process_time(); e = ex.explore(q, model=key, corpus=ex.corpus, **kw)
+        return e.seconds, time.process_time() - c0
+    first = timed(queries[0])
+    modes = {'BM25 top-3 blocks (default)': (queries, dict(bm25=True)),
+             'dense, exact top-1024 (FAISS flat)': (queries, dict(bm25=False, k=1024)),
+             'closed-set template (+ labels, dense k=1024)': (templates, dict(bm25=True, k=1024))}
+    times = {m: [] for m in modes}
+    for _ in range(reps):
+        for i in range(max(len(queries), len(templates))):
+            for m, (qs, kw) in modes.items():
+                if i < len(qs): times[m].append(timed(qs[i], **kw))
+    rows = [{'mode': 'first answer after start-up (no warm-up)', 'answers': 1, 'median_s': first[0],
+             'p90_s': first[0], 'max_s': first[0], 'median_cpu_s': first[1]}]
+    rows += [{'mode': m, 'answers': len(t), 'median_s': float(np.median([x for x, _ in t])),
+              'p90_s': float(np.quantile([x for x, _ in t], 0.9)), 'max_s': float(np.max([x for x, _ in t])),
+              'median_cpu_s': float(np.median([c for _, c in t]))} for m, t in times.items()]
+    df = pd.DataFrame(rows).round(3)
+    res = ex.resources(key, ex.corpus)
+    load = (load0 + os.getloadavg()[0]) / 2
+    scale = {'model': MODELS[key].label, 'corpus': ex.corpus, 'stored_vectors': len(res.ds), 'profile': profile,
+             'cores': os.cpu_count(), 'load_average': round(load, 1),
+             'contended': bool(load > (os.cpu_count() or 1))}
+    if write:
+        from npm_nb.batch import write_table
+        from npm_nb.storage import results_dir
+        write_table('explorer_latency', df, f"Explorer: seconds per answer after start-up ({MODELS[key].label}, "
+                    f"{len(res.ds):,} stored vectors; load average {load:.1f} on {os.cpu_count()} cores"
+                    f"{': contended' if scale['contended'] else ''})", profile=profile, scale=scale,
+                    folder=results_dir('benchmarks'))
+    return df, scale
+
+# %% ../nbs/14_explorer.ipynb #69cf1d38
 #| eval: false
 if __name__ == '__main__': main()
