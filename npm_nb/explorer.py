@@ -25,7 +25,7 @@ __all__ = ['MAX_QUERY_CHARS', 'MAX_CORPUS_CHARS', 'EXAMPLE', 'CORPORA', 'FIGURE1
            'register_model', 'Settings', 'Evidence', 'Exploration', 'evidence', 'doc_meta', 'NPMResources',
            'prepare_npm', 'answer_npm', 'register_checkpoint', 'Explorer', 'bars_svg', 'render_error', 'render_html',
            'explorer_widget', 'create_app', 'chromium_path', 'free_port', 'serve_in_thread', 'screenshot',
-           'start_explorer', 'main', 'latency_benchmark']
+           'start_explorer', 'main', 'latency_benchmark', 'write_latency']
 
 # %% ../nbs/14_explorer.ipynb #2b2d2377
 MAX_QUERY_CHARS = 1_000     # a query is a sentence or two around the blank
@@ -813,14 +813,21 @@ def latency_benchmark(profile: str = 'cpu', model: str = 'auto', corpus: str = '
     scale = {'model': MODELS[key].label, 'corpus': ex.corpus, 'stored_vectors': len(res.ds), 'profile': profile,
              'cores': os.cpu_count(), 'load_average': round(load, 1),
              'contended': bool(load > (os.cpu_count() or 1))}
-    if write:
-        from npm_nb.batch import write_table
-        from npm_nb.storage import results_dir
-        write_table('explorer_latency', df, f"Explorer: seconds per answer after start-up ({MODELS[key].label}, "
-                    f"{len(res.ds):,} stored vectors; load average {load:.1f} on {os.cpu_count()} cores"
-                    f"{': contended' if scale['contended'] else ''})", profile=profile, scale=scale,
-                    folder=results_dir('benchmarks'))
+    if write: write_latency(df, scale)
     return df, scale
+
+def write_latency(df, scale: dict, name: str = 'explorer_latency'):
+    "Write the latency table to `results/benchmarks/<name>.{md,csv,meta.json}`, the md headed by what was measured."
+    from npm_nb.batch import write_table, markdown_table
+    from npm_nb.storage import results_dir, atomic_write_text
+    title = (f"Explorer: seconds per answer after start-up ({scale['model']}, {scale['stored_vectors']:,} stored vectors; "
+             f"load average {scale['load_average']} on {scale['cores']} cores{': contended' if scale['contended'] else ''})")
+    folder = results_dir('benchmarks'); write_table(name, df, title, profile=scale['profile'], scale=scale, folder=folder)
+    why = ("Wall-clock seconds of `Explorer.explore` with the model and store loaded (`median_s`, `p90_s`, `max_s`), and "
+           "the CPU seconds the process used per answer (`median_cpu_s`, all threads). The modes are interleaved query by "
+           "query. On a busy machine (load above the core count) the wall clock mostly measures waiting for the CPU; the "
+           "CPU seconds are what a quiet machine needs. `python -m npm_nb.explorer --benchmark` re-measures.")
+    return atomic_write_text(folder/f'{name}.md', f'# {title}\n\n{why}\n\n' + markdown_table(df) + '\n')
 
 # %% ../nbs/14_explorer.ipynb #69cf1d38
 #| eval: false
