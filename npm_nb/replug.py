@@ -330,14 +330,16 @@ def lm_scores(lm: CausalLM, queries: list, # (x, y) pairs
         for (q, r), lp in zip(todo, lps): cache[f'{q}:{r}'] = float(lp.mean() if lm_score == 'mean' else lp.sum())
     return torch.tensor([[cache[f'{q}:{int(r)}'] for r in rr] for q, rr in zip(qidx, rows)], dtype=torch.float32)
 
-# %% ../nbs/11c_replug.ipynb #be52a263
+# %% ../nbs/11c_replug.ipynb #5aa2e63c
 def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to train (its encoder is updated in place)
               lm: CausalLM, # the frozen supervision LM
               passages: list, # the datastore's passages
               queries: list, # training (x, y) pairs, from documents not in the datastore
               resume: bool = True, # continue from the newest checkpoint of `cfg.out_dir`
               stop_after: int | None = None, # end after this step, as if interrupted (writes a checkpoint)
-              progress: bool = True, template: str = '{doc}\n\n{x}') -> Path:
+              progress: bool = True, template: str = '{doc}\n\n{x}',
+              index: PassageIndex | None = None, # the datastore already embedded by these initial weights (saves one embedding)
+             ) -> Path:
     "Train the retriever with LM supervision (REPLUG-LSR); return the final (or last) checkpoint folder."
     offline_mode()
     if cfg.k > len(passages): raise ValueError(f"k={cfg.k} but the datastore holds only {len(passages)} passages")
@@ -367,6 +369,9 @@ def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to trai
         opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler']); _set_rng_state(state['rng'])
     else: random.seed(cfg.seed); np.random.seed(cfg.seed); torch.manual_seed(cfg.seed)
     vectors = None if state['index_vectors'] is None else state['index_vectors'].float().numpy()
+    if vectors is None and index is not None and index.fingerprint == init_fp and len(index) == len(passages):
+        state['index_vectors'] = torch.from_numpy(index.vectors).half(); state['index_step'] = 0   # step 0's embedding, given
+        vectors = state['index_vectors'].float().numpy()
     bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress, desc='train[replug_lsr]')
     last = None
     while state['step'] < cfg.steps:
@@ -392,9 +397,9 @@ def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to trai
         with torch.no_grad():
             agree = float((s.argmax(-1).cpu() == target.argmax(-1)).float().mean())
         if state['step'] % cfg.log_every == 0 or state['step'] == cfg.steps:
-            state['log'].append(dict(step=state['step'], loss=float(loss), grad_norm=gnorm, top1_agree=agree,
+            state['log'].append(dict(step=state['step'], loss=loss.item(), grad_norm=gnorm, top1_agree=agree,
                                      lr=sched.get_last_lr()[0], index_step=state['index_step'], lm_pairs=len(state['lm_cache'])))
-            bar.set_postfix(loss=f'{float(loss):.3f}', pairs=len(state['lm_cache']))
+            bar.set_postfix(loss=f'{loss.item():.3f}', pairs=len(state['lm_cache']))
         done = state['step'] == cfg.steps
         if done or state['step'] % cfg.save_every == 0 or state['step'] == stop_after:
             last = save_checkpoint(out, enc, tok, cfg, state, opt, sched)
