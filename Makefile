@@ -40,7 +40,7 @@ explorer: data
 	$(PY) -m npm_nb.explorer --profile $(PROFILE)
 
 # Regenerate the README's screenshot of the explorer answering a real query (headless Chromium).
-EXPLORER_QUERY ?= Thessaloniki is a city in [MASK].
+EXPLORER_QUERY ?= The capital of Greece is [MASK].
 explorer-screenshot: data
 	$(PY) -m npm_nb.explorer --profile $(PROFILE) --screenshot nbs/images/explorer.png --query "$(EXPLORER_QUERY)"
 
