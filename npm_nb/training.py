@@ -464,7 +464,7 @@ def train(cfg: TrainConfig, resume: bool = True,
 
     bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress or rank != 0, desc=f'train[{cfg.objective}]')
     win, t0 = {}, time.time()
-    last = None
+    last, late = None, False
     while state['step'] < cfg.steps:
         opt.zero_grad(set_to_none=True)
         for a in range(cfg.grad_accum):
