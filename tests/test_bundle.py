@@ -51,7 +51,7 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
     man = json.loads((tmp_path/'bundle'/'manifest.json').read_text())
     assert all(p['bytes'] <= 56 * 2**20 for p in man['parts'])
     kinds = {it['kind'] for it in man['items']}
-    assert kinds == {'wheel', 'data', 'model', 'checkpoint'}, kinds
+    assert kinds == {'wheel', 'wheel-nodeps', 'data', 'model', 'checkpoint'}, kinds
     names = {it['name'].split('/')[-1].split('-')[0].lower() for it in man['items'] if it['kind'] == 'wheel'}
     assert {'datasets', 'papermill', 'bm25s', 'faiss_cpu', 'nbdev', 'ipykernel'} <= names, names
     assert not {'torch', 'numpy', 'pandas', 'transformers', 'babel'} & names, names  # there already / build-only
