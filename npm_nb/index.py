@@ -7,9 +7,21 @@ from __future__ import annotations
 import json, math, os, time
 from pathlib import Path
 import numpy as np
-import faiss
 from tqdm.auto import tqdm
 from .storage import atomic_path, atomic_write_json
+
+class _LazyFaiss:
+    "`faiss`, imported on first use: training, datastores and exact search run without it (it is the `[cpu]` / `[gpu]` extra)."
+    def __getattr__(self, name):
+        global faiss
+        try: import faiss as _f
+        except ImportError as e:
+            raise ImportError("FAISS is not installed: pip install 'npm-nb[cpu]' (faiss-cpu) or, with a CUDA 12 torch, "
+                              "'npm-nb[gpu]' (faiss-gpu); exact search (index=None) needs no FAISS") from e
+        faiss = _f
+        return getattr(_f, name)
+
+globals()['faiss'] = _LazyFaiss()  # (not `faiss = ...`: that would put it into `__all__`)
 
 # %% auto #0
 __all__ = ['KINDS', 'training_sample', 'default_nlist', 'faiss_has_gpu', 'VectorIndex', 'rescore_exact', 'build_index',

