@@ -534,7 +534,8 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
 def _save_status(run_dir, status): atomic_write_json(Path(run_dir)/'status.json', status)
 
 def _status(run_dir: Path) -> dict:
-    return read_json(Path(run_dir)/'status.json', fix='pass --new to start a fresh run (the old folder is kept)')
+    try: return read_json(Path(run_dir)/'status.json', fix='pass --new to start a fresh run (the old folder is kept)')
+    except (ValueError, FileNotFoundError) as e: raise BatchError(str(e)) from None
 
 def _unfinished(run_dir: Path) -> bool:
     st = _status(run_dir)
@@ -602,7 +603,7 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
     prof_dir = results_dir('runs', cfg['profile'])
     with _profile_lock(prof_dir, cfg['profile']):
         last = latest_run(cfg['profile'])
-        if last and not new and _unfinished(last):
+        if last and not new and _unfinished(last):  # a damaged status.json: a BatchError that says to pass --new
             run_dir = last; status = _status(run_dir)
             echo(f'Resuming the unfinished run {run_dir} (pass --new for a fresh run).')
         else:

@@ -270,6 +270,8 @@ def verify_store(path, m: dict | None = None) -> bool:
         return False
     verify_checksums(_meta_present(path, m), m['meta_checksums'], 'datastore metadata', fix)
     h, vec = m['hidden'], path/'vectors.f16'
+    need, have = m['shape'][0] * h * 2, vec.stat().st_size if vec.exists() else 0
+    if have < need: raise ValueError(f"{vec}: truncated or missing ({have} bytes < {need} for shape {m['shape']}); {fix}")
     for i, p in enumerate(m['parts']):
         if 'xxh3' not in p or not p['n_vectors']: continue
         r0, r1 = p['rows']

@@ -506,7 +506,8 @@ def config_from_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
 
 def main(argv=None):
     "Command-line entry point; joins the `torchrun` process group when `WORLD_SIZE` > 1."
-    cfg, a = config_from_args(argv)
+    try: cfg, a = config_from_args(argv)
+    except ValueError as e: print(f'error: {e}', file=sys.stderr); sys.exit(2)
     if int(os.environ.get('WORLD_SIZE', 1)) > 1 and not dist.is_initialized():
         dist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')
         if torch.cuda.is_available(): torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', 0)))
