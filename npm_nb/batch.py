@@ -501,7 +501,9 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
           'The paper (Min et al. 2023) trains RoBERTa-large-sized NPM for 100k steps on Wikipedia + CC-News; the numbers '
           'here come from a far smaller encoder, corpus and budget (the scale above). Read differences with that in mind.', '']
     def origin(m):
-        bits = [f"Profile `{m['profile']}`" if m.get('profile') else None,
+        bits = [f"**partial: written by step {m.get('step')} before it {m['step_state']}**"
+                if m.get('step_state') not in (None, 'done') else None,
+                f"Profile `{m['profile']}`" if m.get('profile') else None,
                 f"run `{m['run']}`" + (' (not this run)' if this_run and m['run'] != this_run else '') if m.get('run') else None,
                 f"paper: {m['paper_ref']}" if m.get('paper_ref') else None,
                 f"scale: {_scale_text(m.get('scale'))}" if m.get('scale') else None]
@@ -548,13 +550,13 @@ def _snapshot() -> dict:
     return {f: (f.stat().st_mtime_ns, f.stat().st_size) for k in OUTPUT_KINDS if results_dir(k).exists()
             for f in results_dir(k).iterdir() if f.is_file() and not f.name.startswith('.')}
 
-def _collect_outputs(run_dir: Path, before: dict, step: str, run: str) -> list[str]:
-    "Copy the outputs written since the snapshot `before` into the run folder; stamp their metadata with the run."
+def _collect_outputs(run_dir: Path, before: dict, step: str, run: str, state: str = 'done') -> list[str]:
+    "Copy the outputs written since the snapshot `before` into the run folder; stamp their metadata with the run and state."
     got = []
     for f, sig in sorted(_snapshot().items()):
         if before.get(f) == sig: continue
         if f.name.endswith('.meta.json'):
-            m = json.loads(f.read_text()); m.update(run=run, step=step); atomic_write_json(f, m)
+            m = json.loads(f.read_text()); m.update(run=run, step=step, step_state=state); atomic_write_json(f, m)
         kind = f.parent.name; (run_dir/kind).mkdir(exist_ok=True)
         shutil.copy2(f, run_dir/kind/f.name); got.append(f'{kind}/{f.name}')
     return got
@@ -637,7 +639,7 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
                 status['steps'][s['name']] = {'state': 'running', 'key': key}; _save_status(run_dir, status)
                 before = _snapshot()
                 r = run_step(s, run_dir, log_output=log_output)
-                r['outputs'] = _collect_outputs(run_dir, before, s['name'], run_name)
+                r['outputs'] = _collect_outputs(run_dir, before, s['name'], run_name, r['state'])
                 status['steps'][s['name']] = {**r, 'key': key}; ran.add(s['name']); _save_status(run_dir, status)
                 if r['state'] == 'done': echo(f"[ ok ] {s['name']} in {r['seconds']:.1f} s")
                 else: echo(f"[{'STOP' if r['state'] == 'interrupted' else 'FAIL'}] {s['name']} after {r['seconds']:.1f} s: "

@@ -373,6 +373,18 @@ def test_5_11_status_cut_short(ws, capsys):
     assert batch_main(['tiny'] + ws['cli']) != 0
     assert 'status.json is damaged' in (err := capsys.readouterr().err) and '--new' in err
 
+def test_5_9_partial_tables_are_marked(ws):
+    "A step that fails after writing a table: the results page says the table is partial (D12)."
+    from npm_nb.batch import run_batch
+    make_demo_notebook(ws['ex']/'02_half.ipynb', "profile: str = 'smoke'  # profile\n",
+                       "import pandas as pd\nfrom npm_nb.batch import write_table\n"
+                       "write_table('02_half', pd.DataFrame({'acc': [1.0]}), title='Half done', profile=profile)\n"
+                       "# ---\nraise RuntimeError('died after its first table')")
+    (ws['pa']/'half.yaml').write_text('notebooks:\n  01_a: {enabled: false}\n  02_half: {}\n')
+    st = run_batch('half', params_folder=ws['pa'], experiments_folder=ws['ex'], echo=lambda *a: None)
+    assert st['steps']['02_half']['state'] == 'failed'
+    assert 'partial: written by step 02_half before it failed' in (ws['res']/'README.md').read_text()
+
 def test_5_13_help(capsys):
     from npm_nb import fetch, corpora, tasks, training
     for mod in (fetch, corpora, tasks, training):
