@@ -112,7 +112,7 @@ def apply_overrides(cfg: dict, # a merged profile from `load_profile`
     return cfg
 
 # %% ../nbs/13_batch.ipynb #6477ebdd
-_RULE = re.compile(r'\[\s*((?:>=|>|<=|<)\s*[-+]?[\d_.]+(?:[eE][-+]?\d+)?|one of:[^\]]+)\s*\]')
+_RULE = re.compile(r'\[\s*((?:>=|>|<=|<)\s*[-+]?[\d_.]+(?:[eE][-+]?\d+)?|one of:[^\]]+|device)\s*\]')
 
 def parameter_rule(help: str | None) -> str | None:
     "The allowed-values rule in a parameter's help comment (`[>= 1]`, `[one of: a, b]`), or None."
@@ -127,9 +127,22 @@ def _allowed(spec: str) -> list:
         return list(vals.keys() if isinstance(vals, dict) else vals)
     return [x.strip() for x in spec.split(',') if x.strip()]
 
+def _device_violation(value) -> str | None:
+    "Why `value` is not a device of this machine (`auto`, `cpu`, `cuda`, `cuda:N`), or None."
+    if not isinstance(value, str): return None  # the type check reports it
+    if value in ('auto', 'cpu'): return None
+    m = re.fullmatch(r'cuda(?::(\d+))?', value)
+    if not m: return f"use auto, cpu, cuda or cuda:N, not {value!r}"
+    import torch
+    n = torch.cuda.device_count()
+    if n == 0: return f"{value!r} needs a GPU, and this machine has none visible (use auto or cpu)"
+    if m.group(1) is not None and int(m.group(1)) >= n: return f"this machine has {n} GPU(s): cuda:0 to cuda:{n - 1}"
+    return None
+
 def rule_violation(value, rule: str | None) -> str | None:
     "Why `value` breaks `rule` (from `parameter_rule`), or None when it does not (or there is no rule)."
     if not rule: return None
+    if rule == 'device': return _device_violation(value)
     if rule.startswith('one of:'):
         allowed = _allowed(rule[len('one of:'):])
         items = ([x.strip() for x in value.split(',') if x.strip()] if isinstance(value, str) else

@@ -306,21 +306,20 @@ def resume_point(cks: list, # complete checkpoints, oldest first (`list_checkpoi
                  cfg: TrainConfig, init_fingerprint: str,
                  model_cls, # the model class to load the weights with
                 ) -> tuple:
-    "`(checkpoint, trainer state, model)` of the newest intact checkpoint; damaged ones are set aside with a warning."
+    "`(checkpoint, trainer state, model)` of the newest intact checkpoint; damaged newer ones are set aside, with a warning."
+    damaged = []
     for ck in reversed(cks):
         try:
             state = check_resume(ck, cfg, init_fingerprint)
             try: model = model_cls.from_pretrained(ck); check_finite(model, ck)
             except Exception as e: raise DamagedCheckpoint(f"checkpoint {ck} is damaged: {type(e).__name__}: {str(e)[:300]}") from e
-            return ck, state, model
-        except DamagedCheckpoint as e:
-            aside = ck.with_name(f".damaged-{ck.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-            ck.rename(aside)
-            older = [c.name for c in cks if c != ck and c.exists()]
-            warnings.warn(f"{e}; set aside as {aside.name}; " + (f"resuming from {older[-1]} instead" if older else
-                          "no older checkpoint is left"), stacklevel=2)
-    raise DamagedCheckpoint(f"no intact checkpoint left in {Path(cks[-1]).parent}: start over with resume=False "
-                            "(command line: --no-resume)")
+        except DamagedCheckpoint as e: damaged.append((ck, e)); continue
+        for bad, e in damaged:  # kept for inspection, out of the way of later resumes
+            aside = bad.with_name(f".damaged-{bad.name}-{time.strftime('%Y%m%d-%H%M%S')}"); bad.rename(aside)
+            warnings.warn(f"{e}; set aside as {aside.name}; resuming from {ck.name} instead", stacklevel=2)
+        return ck, state, model
+    raise DamagedCheckpoint(f"no intact checkpoint in {Path(cks[-1]).parent} ({'; '.join(str(e) for _, e in damaged)[:600]}): "
+                            "start over with resume=False (command line: --no-resume)")
 
 # %% ../nbs/08_training.ipynb #eae5605f
 def init_model(cfg: TrainConfig):

@@ -242,6 +242,15 @@ def test_3_23_to_3_25_resume_falls_back(run, tok, tmp_path, case, damage):
     assert any('checkpoint-3' in m and 'resuming from checkpoint-2 instead' in m for m in msgs), msgs
     assert same_weights(out, run[0]), 'resumed from the intact checkpoint: the weights of the clean run'
 
+def test_3_24_no_intact_checkpoint_refuses(run, tok, tmp_path):
+    fin, blocks = run
+    d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True)); (d/'final').unlink()
+    for c in list_checkpoints(d): scribble(c/'model.safetensors', 4096)
+    for _ in range(2):  # refused each time (nothing is set aside), until told to start over
+        raises(lambda: train(cfg(d), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False),
+               'no intact checkpoint', '--no-resume')
+    assert same_weights(train(cfg(d), resume=False, model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False), fin)
+
 def test_3_23_old_checkpoints_without_checksums_still_fall_back(run, tok, tmp_path):
     def damage(c): (c/CHECKSUMS).unlink(); cut(c/'trainer_state.pt', 0.5)
     msgs, out = resume_after(damage, run, tok, tmp_path)
@@ -367,6 +376,9 @@ def test_5_5_real_profiles_declare_rules(capsys):
     assert 'it must be >= 1' in capsys.readouterr().err
     assert batch_main(['smoke', '--dry-run', '-p', '04_closed_set.tasks', 'mr,nosuchtask']) == 2
     assert 'nosuchtask' in capsys.readouterr().err
+    assert batch_main(['smoke', '--dry-run', '-p', 'device', 'cuda:99']) == 2
+    assert "parameter 'device' = 'cuda:99' is not allowed" in capsys.readouterr().err
+    assert batch_main(['smoke', '--dry-run', '-p', '01_train.lr', '.nan']) == 2
 
 def test_5_11_status_cut_short(ws, capsys):
     run = ws['res']/'runs'/'tiny'/'20260101-000000'; run.mkdir(parents=True); (run/'status.json').write_text('{"steps": {')
