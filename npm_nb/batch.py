@@ -4,19 +4,21 @@
 
 # %% ../nbs/13_batch.ipynb #f9f8b71b
 from __future__ import annotations
-import os, io, re, ast, sys, copy, logging, tokenize, json, time, math, shutil, hashlib, difflib, argparse, platform, subprocess, contextlib
+import os, io, re, ast, sys, copy, logging, tokenize, json, time, math, shutil, hashlib, difflib, argparse, platform, subprocess, contextlib, importlib
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 import yaml
-from .storage import project_root, results_dir, atomic_path, atomic_write_text, atomic_write_json
+from .storage import (project_root, results_dir, data_dir, atomic_path, atomic_write_text, atomic_write_json,
+                            read_json, hold_lock, LockedError)
 
 # %% auto #0
 __all__ = ['PACKAGES', 'OUTPUT_KINDS', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml', 'deep_merge', 'params_dir',
-           'list_profiles', 'find_profile', 'load_profile', 'parse_value', 'apply_overrides', 'experiments_dir',
-           'list_experiments', 'notebook_path', 'notebook_parameters', 'make_demo_notebook', 'value_matches', 'plan',
-           'new_run_id', 'env_info', 'step_key', 'run_step', 'markdown_table', 'beside_paper', 'write_table',
-           'save_figure', 'latest_run', 'write_results_readme', 'summary_table', 'run_batch', 'describe', 'main']
+           'list_profiles', 'find_profile', 'load_profile', 'parse_value', 'apply_overrides', 'parameter_rule',
+           'rule_violation', 'experiments_dir', 'list_experiments', 'notebook_path', 'notebook_parameters',
+           'make_demo_notebook', 'value_matches', 'plan', 'new_run_id', 'env_info', 'step_key', 'run_step',
+           'markdown_table', 'beside_paper', 'write_table', 'save_figure', 'latest_run', 'write_results_readme',
+           'summary_table', 'run_batch', 'describe', 'main']
 
 # %% ../nbs/13_batch.ipynb #3542fcce
 class BatchError(Exception):
@@ -66,10 +68,20 @@ def load_profile(profile: str, folder=None) -> dict:
     cfg = {}
     for f in [path.parent/'base.yaml', path]:
         if not f.exists() or (f != path and path.stem == 'base'): continue
-        d = read_yaml(f.read_text()) or {}
+        try: d = read_yaml(f.read_text()) or {}
+        except yaml.YAMLError as e:
+            where = getattr(e, 'problem_mark', None)
+            raise BatchError(f"{f} is not valid YAML" + (f" (line {where.line + 1}, column {where.column + 1})" if where else '')
+                             + f": {getattr(e, 'problem', None) or e}. Fix the syntax there (indent with spaces; "
+                             "quote values that contain ': ').") from None
         bad = set(d) - {'params', 'notebooks'} if isinstance(d, dict) else {'<not a mapping>'}
         if bad:
             raise BatchError(f"{f}: unknown top-level key(s) {sorted(bad)}; a profile has only `params:` and `notebooks:`.")
+        for key in ('params', 'notebooks'):
+            if d.get(key) is not None and not isinstance(d[key], dict):
+                raise BatchError(f"{f}: `{key}:` must be a mapping (`name: ...` lines), not a {type(d[key]).__name__}; "
+                                 f"e.g. `{key}:\n  01_train: {{}}`" if key == 'notebooks' else
+                                 f"{f}: `{key}:` must be a mapping (`name: value` lines), not a {type(d[key]).__name__}.")
         for nb, spec in (d.get('notebooks') or {}).items():
             if (spec is not None and not isinstance(spec, dict)) or set(spec or {}) - {'params', 'after', 'enabled'}:
                 raise BatchError(f"{f}: notebooks.{nb} must be a mapping with `params`, `after` and/or `enabled`.")
@@ -100,6 +112,54 @@ def apply_overrides(cfg: dict, # a merged profile from `load_profile`
     cfg.setdefault('overrides', []).extend(f'{n}={v}' for n, v in overrides)
     return cfg
 
+# %% ../nbs/13_batch.ipynb #6477ebdd
+_RULE = re.compile(r'\[\s*((?:>=|>|<=|<)\s*[-+]?[\d_.]+(?:[eE][-+]?\d+)?|one of:[^\]]+|device)\s*\]')
+
+def parameter_rule(help: str | None) -> str | None:
+    "The allowed-values rule in a parameter's help comment (`[>= 1]`, `[one of: a, b]`), or None."
+    m = _RULE.search(help or '')
+    return m.group(1).strip() if m else None
+
+def _allowed(spec: str) -> list:
+    spec = spec.strip()
+    if ',' not in spec and '.' in spec and ' ' not in spec:  # a dotted name: the values live in the package
+        mod, _, attr = spec.rpartition('.')
+        vals = getattr(importlib.import_module(mod), attr)
+        return list(vals.keys() if isinstance(vals, dict) else vals)
+    return [x.strip() for x in spec.split(',') if x.strip()]
+
+def _device_violation(value) -> str | None:
+    "Why `value` is not a device of this machine (`auto`, `cpu`, `cuda`, `cuda:N`), or None."
+    if not isinstance(value, str): return None  # the type check reports it
+    if value in ('auto', 'cpu'): return None
+    m = re.fullmatch(r'cuda(?::(\d+))?', value)
+    if not m: return f"use auto, cpu, cuda or cuda:N, not {value!r}"
+    import torch
+    n = torch.cuda.device_count()
+    if n == 0: return f"{value!r} needs a GPU, and this machine has none visible (use auto or cpu)"
+    if m.group(1) is not None and int(m.group(1)) >= n: return f"this machine has {n} GPU(s): cuda:0 to cuda:{n - 1}"
+    return None
+
+def rule_violation(value, rule: str | None) -> str | None:
+    "Why `value` breaks `rule` (from `parameter_rule`), or None when it does not (or there is no rule)."
+    if not rule: return None
+    if rule == 'device': return _device_violation(value)
+    if rule.startswith('one of:'):
+        allowed = _allowed(rule[len('one of:'):])
+        items = ([x.strip() for x in value.split(',') if x.strip()] if isinstance(value, str) else
+                 list(value) if isinstance(value, (list, tuple)) else [value])
+        bad = [x for x in items if x not in allowed]
+        if not bad: return None
+        close = difflib.get_close_matches(str(bad[0]), [str(a) for a in allowed], n=1)
+        shown = ', '.join(map(str, allowed[:25])) + (' ...' if len(allowed) > 25 else '')
+        return (f"{', '.join(map(repr, bad))} is not one of the allowed values ({shown})"
+                + (f"; did you mean {close[0]!r}?" if close else ''))
+    op, num = re.match(r'(>=|>|<=|<)\s*(.+)', rule).groups()
+    if isinstance(value, bool) or not isinstance(value, (int, float)): return None  # the type check reports it
+    bound = float(num.replace('_', ''))
+    ok = {'>=': value >= bound, '>': value > bound, '<=': value <= bound, '<': value < bound}[op]
+    return None if ok else f"it must be {op} {num}"
+
 # %% ../nbs/13_batch.ipynb #2cced0b0
 def experiments_dir() -> Path:
     "The folder of the experiment notebooks: `<root>/nbs/experiments`."
@@ -126,7 +186,7 @@ def _parameters_cell(path) -> str | None:
     return ''.join(cells[0]['source']) if cells else None
 
 def notebook_parameters(path) -> dict:
-    "`{name: {'type': annotation or default's type, 'default': source text, 'help': comment}}` of a notebook's parameters cell."
+    "`{name: {'type', 'default' (source text), 'help' (the comment), 'rule' (allowed values)}}` of a parameters cell."
     import papermill
     src = _parameters_cell(path)
     if src is None: return {}
@@ -151,6 +211,7 @@ def notebook_parameters(path) -> dict:
             try: d['type'] = ann or type(ast.literal_eval(val)).__name__
             except Exception: d['type'] = 'Any'
             if d['type'] == 'NoneType': d['type'] = 'Any'
+        d['rule'] = parameter_rule(comments.get(node.end_lineno) or d['help'])
     return out
 
 # %% ../nbs/13_batch.ipynb #e4ce990c
@@ -231,6 +292,9 @@ def plan(cfg: dict, # a configuration from `load_profile` / `apply_overrides`
             elif not value_matches(v, decl[k]['type']):
                 errors.append(f"{name}: parameter {k!r} expects {decl[k]['type']} (default {decl[k]['default']}), "
                               f"got {_describe(v)}. Fix the value in the profile or on the command line (`-p {name}.{k} ...`).")
+            elif why := rule_violation(v, decl[k].get('rule')):
+                errors.append(f"{name}: parameter {k!r} = {v!r} is not allowed: {why} (the notebook declares "
+                              f"[{decl[k]['rule']}]). Fix the value in the profile or on the command line (`-p {name}.{k} ...`).")
         after = spec.get('after') or []
         if isinstance(after, str): after = [after]
         for a in after:
@@ -297,6 +361,16 @@ def _archive(path: Path):
     n = 1 + len(list(d.glob(f'{path.stem}.*{path.suffix}')))
     os.replace(path, d/f'{path.stem}.{n}{path.suffix}')
 
+def _kernel_manager(log_path: Path):
+    "A kernel manager class whose kernel writes its own stderr (ZMQ warnings, tracebacks at shutdown) to `log_path`."
+    from jupyter_client.manager import AsyncKernelManager
+    class LoggedKernelManager(AsyncKernelManager):
+        async def _async_start_kernel(self, **kw):
+            kw.setdefault('stderr', open(log_path, 'ab'))
+            return await super()._async_start_kernel(**kw)
+        start_kernel = _async_start_kernel
+    return LoggedKernelManager
+
 def run_step(step: dict, # from `plan`
              run_dir, # the run folder
              log_output: bool = False, # stream the notebook's output to the terminal
@@ -307,10 +381,14 @@ def run_step(step: dict, # from `plan`
     tmp = run_dir/f".{step['name']}.running.ipynb"
     _archive(out)
     t0, res = time.time(), {'state': 'done', 'error': None}
+    (run_dir/'logs').mkdir(exist_ok=True)
+    log = logging.getLogger('papermill'); level = log.level
+    if not log_output: log.setLevel(logging.ERROR)  # its "Unable to parse line" warnings: `plan` checked the parameters
     try:
         papermill.execute_notebook(str(step['path']), str(tmp), parameters=step['params'], cwd=str(project_root()),
                                    kernel_name='python3', progress_bar=log_output and sys.stdout.isatty(),
-                                   log_output=log_output, report_mode=False)
+                                   log_output=log_output, report_mode=False,
+                                   kernel_manager_class=_kernel_manager(run_dir/'logs'/f"{step['name']}.kernel.log"))
     except KeyboardInterrupt:
         res = {'state': 'interrupted', 'error': 'interrupted (Ctrl-C or a signal)'}
     except Exception as e:
@@ -318,6 +396,7 @@ def run_step(step: dict, # from `plan`
             msg = f"{e.ename}: {e.evalue} (cell {e.exec_count})"
         else: msg = f"{type(e).__name__}: {e}"
         res = {'state': 'failed', 'error': msg}
+    finally: log.setLevel(level)
     if tmp.exists(): os.replace(tmp, out)
     res.update(seconds=round(time.time() - t0, 1), notebook=out.name)
     return res
@@ -436,7 +515,9 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
           'The paper (Min et al. 2023) trains RoBERTa-large-sized NPM for 100k steps on Wikipedia + CC-News; the numbers '
           'here come from a far smaller encoder, corpus and budget (the scale above). Read differences with that in mind.', '']
     def origin(m):
-        bits = [f"Profile `{m['profile']}`" if m.get('profile') else None,
+        bits = [f"**partial: written by step {m.get('step')} before it {m['step_state']}**"
+                if m.get('step_state') not in (None, 'done') else None,
+                f"Profile `{m['profile']}`" if m.get('profile') else None,
                 f"run `{m['run']}`" + (' (not this run)' if this_run and m['run'] != this_run else '') if m.get('run') else None,
                 f"paper: {m['paper_ref']}" if m.get('paper_ref') else None,
                 f"scale: {_scale_text(m.get('scale'))}" if m.get('scale') else None]
@@ -468,8 +549,12 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
 # %% ../nbs/13_batch.ipynb #96a7e794
 def _save_status(run_dir, status): atomic_write_json(Path(run_dir)/'status.json', status)
 
+def _status(run_dir: Path) -> dict:
+    try: return read_json(Path(run_dir)/'status.json', fix='pass --new to start a fresh run (the old folder is kept)')
+    except (ValueError, FileNotFoundError) as e: raise BatchError(str(e)) from None
+
 def _unfinished(run_dir: Path) -> bool:
-    st = json.loads((run_dir/'status.json').read_text())
+    st = _status(run_dir)
     return any(s['state'] != 'done' for s in st['steps'].values()) or not st['steps']
 
 OUTPUT_KINDS = ('tables', 'figures', 'benchmarks')  # the folders under results/ whose new files a run keeps a copy of
@@ -479,25 +564,31 @@ def _snapshot() -> dict:
     return {f: (f.stat().st_mtime_ns, f.stat().st_size) for k in OUTPUT_KINDS if results_dir(k).exists()
             for f in results_dir(k).iterdir() if f.is_file() and not f.name.startswith('.')}
 
-def _collect_outputs(run_dir: Path, before: dict, step: str, run: str) -> list[str]:
-    "Copy the outputs written since the snapshot `before` into the run folder; stamp their metadata with the run."
+def _collect_outputs(run_dir: Path, before: dict, step: str, run: str, state: str = 'done') -> list[str]:
+    "Copy the outputs written since the snapshot `before` into the run folder; stamp their metadata with the run and state."
     got = []
     for f, sig in sorted(_snapshot().items()):
         if before.get(f) == sig: continue
         if f.name.endswith('.meta.json'):
-            m = json.loads(f.read_text()); m.update(run=run, step=step); atomic_write_json(f, m)
+            m = json.loads(f.read_text()); m.update(run=run, step=step, step_state=state); atomic_write_json(f, m)
         kind = f.parent.name; (run_dir/kind).mkdir(exist_ok=True)
         shutil.copy2(f, run_dir/kind/f.name); got.append(f'{kind}/{f.name}')
     return got
 
 @contextlib.contextmanager
-def _profile_lock(folder: Path):
+def _profile_lock(folder: Path, profile: str | None = None):
     import fcntl
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder/'.lock', 'w') as fh:
         try: fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError: raise BatchError(f'Another runner is using {folder} right now; wait for it to finish.')
-        yield
+        if profile is None: yield; return
+        cache = data_dir('cache', 'batch-locks', profile)  # checkpoints and datastores of a profile are shared by
+        try:                                               # every results folder: one runner per profile and data folder
+            with hold_lock(cache, f'the data cache of profile {profile!r}'): yield
+        except LockedError as e:
+            raise BatchError(f"Another runner of profile {profile!r} is using its checkpoints and datastores under "
+                             f"{data_dir('cache')} right now (another results folder, same data); wait for it to finish. ({e})") from None
 
 def summary_table(status: dict) -> str:
     "The per-step summary printed at the end of a batch."
@@ -561,10 +652,10 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
         return {'profile': cfg['profile'], 'steps': {s['name']: {'state': 'planned'} for s in steps}}
     _check_device(steps)
     prof_dir = results_dir('runs', cfg['profile'])
-    with _profile_lock(prof_dir):
+    with _profile_lock(prof_dir, cfg['profile']):
         last = latest_run(cfg['profile'])
-        if last and not new and _unfinished(last):
-            run_dir = last; status = json.loads((run_dir/'status.json').read_text())
+        if last and not new and _unfinished(last):  # a damaged status.json: a BatchError that says to pass --new
+            run_dir = last; status = _status(run_dir)
             echo(f'Resuming the unfinished run {run_dir} (pass --new for a fresh run).')
         else:
             run_dir = prof_dir/new_run_id(prof_dir); run_dir.mkdir(parents=True)
@@ -603,10 +694,11 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
                                                           or 'TrainingDeadline' in str(r.get('error'))):
                     r.update(state='interrupted', error=f"time budget reached ({r['error']}); run the same command again to continue")
                     stopped = True
-                r['outputs'] = _collect_outputs(run_dir, before, s['name'], run_name)
+                r['outputs'] = _collect_outputs(run_dir, before, s['name'], run_name, r['state'])
                 status['steps'][s['name']] = {**r, 'key': key}; ran.add(s['name']); _save_status(run_dir, status)
                 if r['state'] == 'done': echo(f"[ ok ] {s['name']} in {r['seconds']:.1f} s")
-                else: echo(f"[FAIL] {s['name']} after {r['seconds']:.1f} s: {r['error']}\n       see {run_dir/r['notebook']}")
+                else: echo(f"[{'STOP' if r['state'] == 'interrupted' else 'FAIL'}] {s['name']} after {r['seconds']:.1f} s: "
+                           f"{r['error']}\n       see {run_dir/r['notebook']}")
                 if stopped: break
                 if r['state'] == 'interrupted': raise KeyboardInterrupt
         finally:

@@ -357,7 +357,11 @@ def corpus_summary(names=None, root=None):
 # %% ../nbs/03_corpora.ipynb #3cd95932
 def main(argv=None):
     "Build all corpora (or those named on the command line) and print their summary."
-    names = (sys.argv[1:] if argv is None else argv) or None
+    import argparse
+    ap = argparse.ArgumentParser(prog='python -m npm_nb.corpora', description='Build the reference corpora into '
+                                 'data/processed/ from the fetched sources. Known corpora: ' + ', '.join(CORPORA))
+    ap.add_argument('names', nargs='*', metavar='CORPUS', help='corpora to build (default: all)')
+    names = ap.parse_args(argv).names or None
     try:
         build_corpora(names)
         print(corpus_summary(names).to_string())

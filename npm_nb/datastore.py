@@ -4,19 +4,21 @@
 
 # %% ../nbs/09_datastore.ipynb #f34ae56e
 from __future__ import annotations
-import hashlib, json, os, shutil, time
+import hashlib, json, os, shutil, time, warnings
 from pathlib import Path
 import numpy as np
 import torch
 from datasets import Dataset, load_from_disk, concatenate_datasets
 from tqdm.auto import tqdm
-from .storage import atomic_write_json
-from .models import encoder_fingerprint, hidden_size, check_tokenizer
+from .storage import (atomic_write_json, read_json, file_checksum, folder_checksums, verify_checksums,
+                            hold_lock, LockedError)
+from .models import encoder_fingerprint, hidden_size, check_tokenizer, check_pair
 from .blocks import build_blocks, block_phrase, is_punctuation
 
 # %% auto #0
-__all__ = ['STOPWORDS', 'FORMAT_VERSION', 'encode_blocks', 'stopword_ids', 'stored_positions', 'tokenizer_fingerprint',
-           'corpus_fingerprint', 'Datastore']
+__all__ = ['STOPWORDS', 'FORMAT_VERSION', 'MANIFEST_KEYS', 'encode_blocks', 'stopword_ids', 'stored_positions',
+           'tokenizer_fingerprint', 'corpus_fingerprint', 'Datastore', 'store_fingerprint', 'check_store_record',
+           'check_model', 'verify_store']
 
 # %% ../nbs/09_datastore.ipynb #fdf5a522
 def encode_blocks(model, # an encoder whose output has `last_hidden_state` (e.g. `load_encoder(...)`)
@@ -78,19 +80,31 @@ def stored_positions(block, # a block row (`input_ids`, `valid_start`, `valid_en
 
 # %% ../nbs/09_datastore.ipynb #d2257808
 def tokenizer_fingerprint(tok) -> str:
-    "A short sha256 of the tokenizer's vocabulary and special tokens."
+    "A short sha256 of the tokenizer's vocabulary and special tokens (cached on the tokenizer)."
+    key = (type(tok).__name__, len(tok), json.dumps(tok.special_tokens_map, sort_keys=True, default=str))
+    hit = getattr(tok, '_npm_nb_fingerprint', None)
+    if hit is not None and hit[0] == key: return hit[1]
     h = hashlib.sha256(type(tok).__name__.encode())
     for t, i in sorted(tok.get_vocab().items(), key=lambda x: x[1]): h.update(f'{i}\t{t}\n'.encode())
     h.update(json.dumps(tok.special_tokens_map, sort_keys=True, default=str).encode())
-    return h.hexdigest()[:16]
+    fp = h.hexdigest()[:16]
+    try: object.__setattr__(tok, '_npm_nb_fingerprint', (key, fp))
+    except (AttributeError, TypeError): pass
+    return fp
 
 def _doc_table(docs, start: int = 0) -> Dataset:
     "Documents as a `Dataset` with string columns `text`, `id`, `title` (defaults: running number, empty title)."
     cols = docs.column_names if hasattr(docs, 'column_names') else list(docs)
     if 'text' not in cols: raise ValueError(f"documents need a 'text' column; got {cols}")
     texts = [t or '' for t in docs['text']]; n = len(texts)
+    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise ValueError(f"documents' 'text' must be strings; row {bad} is {type(texts[bad]).__name__} ({texts[bad]!r:.40}): "
+                         "convert the column first (e.g. [str(x) for x in texts])")
     ids = [str(x) for x in docs['id']] if 'id' in cols else [str(start + i) for i in range(n)]
     titles = [str(x or '') for x in docs['title']] if 'title' in cols else [''] * n
+    for name, col in (('id', ids), ('title', titles)):
+        if len(col) != n: raise ValueError(f"documents: column {name!r} has {len(col)} values but 'text' has {n}; give every document one")
     return Dataset.from_dict({'text': texts, 'id': ids, 'title': titles})
 
 def corpus_fingerprint(docs) -> str:
@@ -105,6 +119,8 @@ def corpus_fingerprint(docs) -> str:
 
 # %% ../nbs/09_datastore.ipynb #9981f96f
 FORMAT_VERSION = 1
+MANIFEST_KEYS = ('format', 'encoder', 'tokenizer', 'hidden', 'shape', 'generation', 'parts', 'n_docs', 'n_blocks',
+                 'remove_stopwords', 'stop_ids', 'max_len', 'source', 'corpus')
 
 def _save_dataset(ds: Dataset, path: Path):
     "Save a dataset atomically (temp folder, then rename)."
@@ -124,17 +140,61 @@ def _rows_for(blocks, stop_ids, start_block: int = 0):
     return cat(vb, np.int32), cat(vp, np.int16), np.array(counts, np.int64)
 
 # %% ../nbs/09_datastore.ipynb #dcc03a6b
+def _rebuild(path) -> str: return f"delete {path} and build it again (Datastore.build / NPM.build_datastore)"
+
+def _read_manifest(path: Path) -> dict:
+    "The manifest of the store at `path`, checked for the keys this version needs."
+    m = read_json(path/'manifest.json', fix=f'the datastore cannot be used: {_rebuild(path)}')
+    miss = [k for k in MANIFEST_KEYS if k not in m] if isinstance(m, dict) else list(MANIFEST_KEYS)
+    if miss: raise ValueError(f"{path/'manifest.json'} lacks {miss}: it was edited or damaged; {_rebuild(path)}")
+    if m['format'] != FORMAT_VERSION:
+        raise ValueError(f"{path}: datastore format {m['format']} != {FORMAT_VERSION} (written by another version); {_rebuild(path)}")
+    return m
+
+def _unfinished(path: Path) -> ValueError:
+    "The error for a store whose first build never committed, saying how to continue it."
+    pend = path/'pending'
+    if (pend/'stage.json').exists() and (pend/'progress.json').exists():
+        st, pr = read_json(pend/'stage.json', _rebuild(path)), read_json(pend/'progress.json', _rebuild(path))
+        state = f"an unfinished build ({pr['blocks_done']} of {st['n_blocks']} blocks encoded)"
+    else: state = 'an unfinished build (stopped before encoding started)'
+    return ValueError(f"datastore {path} is {state}: call Datastore.build(docs, model, tok, {str(path)!r}) (or "
+                      "model.build_datastore) again with the same documents to continue it, or delete the folder to start over")
+
+def _meta_present(path: Path, m: dict) -> Path:
+    "The manifest's generation folder, or a clear error if any of its parts is missing."
+    meta = path/f"meta-{m['generation']}"
+    miss = [f for f in ('rows.npz', 'blocks', 'docs') if not (meta/f).exists()]
+    if miss:
+        raise ValueError(f"datastore {path} is inconsistent: its manifest names generation {m['generation']} but "
+                         f"{meta} lacks {', '.join(miss)}; {_rebuild(path)}")
+    return meta
+
+def _read_meta(path: Path, m: dict):
+    "`(vec_block, vec_pos, block_vec_start, blocks, docs)` of the manifest's generation, checked against its counts."
+    meta = _meta_present(path, m)
+    try:
+        with np.load(meta/'rows.npz') as z: vb, vp, bvs = z['vec_block'], z['vec_pos'], z['block_vec_start']
+        blocks, docs = load_from_disk(str(meta/'blocks')), load_from_disk(str(meta/'docs'))
+    except Exception as e:
+        raise ValueError(f"datastore {path}: cannot read {meta.name} ({type(e).__name__}: {str(e)[:200]}); {_rebuild(path)}") from e
+    N, nb = m['shape'][0], m['n_blocks']
+    got, want = (len(vb), len(vp), len(bvs), len(blocks), len(docs)), (N, N, nb + 1, nb, m['n_docs'])
+    if got != want:
+        raise ValueError(f"datastore {path} is inconsistent: the manifest says {N} vectors, {nb} blocks, {m['n_docs']} "
+                         f"documents, but {meta.name} holds {got[0]} rows, {got[3]} blocks, {got[4]} documents; {_rebuild(path)}")
+    return vb, vp, bvs, blocks, docs
+
 class Datastore:
     "Token vectors of a reference corpus (fp16 memmap) with their blocks, documents and manifest."
-    def __init__(self, path, model=None, tok=None):
+    def __init__(self, path, model=None, tok=None, allow_unfinished: bool = False):
         self.path, self.model, self.tok = Path(path), model, tok
-        self._open()
+        self._open(allow_unfinished)
 
-    def _open(self):
-        m = json.loads((self.path/'manifest.json').read_text())
-        if m.get('format') != FORMAT_VERSION: raise ValueError(f"{self.path}: datastore format {m.get('format')} != {FORMAT_VERSION}")
+    def _open(self, allow_unfinished: bool = False):
+        m = _read_manifest(self.path)
+        if not m['parts'] and not allow_unfinished: raise _unfinished(self.path)
         self.manifest, self.hidden = m, m['hidden']
-        meta = self.path/f"meta-{m['generation']}"
         N = m['shape'][0]
         if N:
             f = self.path/'vectors.f16'; need = N * self.hidden * 2
@@ -143,10 +203,7 @@ class Datastore:
                                  f"for shape {m['shape']}); rebuild the datastore")
             self.vectors = np.memmap(f, dtype=np.float16, mode='r', shape=(N, self.hidden))
         else: self.vectors = np.zeros((0, self.hidden), np.float16)
-        if (meta/'rows.npz').exists():
-            z = np.load(meta/'rows.npz')
-            self.vec_block, self.vec_pos, self.block_vec_start = z['vec_block'], z['vec_pos'], z['block_vec_start']
-            self.blocks, self.docs = load_from_disk(str(meta/'blocks')), load_from_disk(str(meta/'docs'))
+        if m['parts']: self.vec_block, self.vec_pos, self.block_vec_start, self.blocks, self.docs = _read_meta(self.path, m)
         else:
             self.vec_block, self.vec_pos = np.zeros(0, np.int32), np.zeros(0, np.int16)
             self.block_vec_start, self.blocks, self.docs = np.zeros(1, np.int64), None, None
@@ -160,6 +217,11 @@ class Datastore:
                 f"{m['n_docs']:,} docs, encoder {m['encoder']}, corpus {m['corpus']})")
 
     @property
+    def fingerprint(self) -> dict:
+        "What an index or cache built on this store records, and checks before use (see `check_store_record`)."
+        return store_fingerprint(self)
+
+    @property
     def texts(self):
         "Document texts, indexed by a block's `doc_index`."
         if self._texts is None: self._texts = list(self.docs['text']) if self.docs is not None else []
@@ -169,26 +231,84 @@ class Datastore:
     @property
     def titles(self): return list(self.docs['title']) if self.docs is not None else []
 
+# %% ../nbs/09_datastore.ipynb #33e807b7
+def store_fingerprint(ds) -> dict:
+    "What identifies a store's content: encoder, tokenizer and corpus fingerprints, numbers of vectors and blocks."
+    m = ds.manifest
+    return dict(encoder=m['encoder'], tokenizer=m['tokenizer'], corpus=m['corpus'], n_vectors=int(m['shape'][0]),
+                n_blocks=int(m['n_blocks']))
+
+def check_store_record(record: dict | None, # what an index / cache recorded of its store (None: nothing to check)
+                       ds, # the store it is used with now
+                       what: str, # "this index", "this BM25 index"
+                       fix: str, # how to rebuild it
+                      ):
+    "Raise a clear error when `record` does not describe `ds` (fields missing from an older record are not compared)."
+    if record is None or getattr(ds, 'manifest', None) is None: return
+    now = store_fingerprint(ds)
+    diff = [f"{k} {record[k]} there, {now[k]} here" for k in now if k in record and record[k] != now[k]]
+    if diff:
+        raise ValueError(f"{what} was built on another datastore than {getattr(ds, 'path', '?')} ({'; '.join(diff)}), "
+                         f"so its rows or blocks would be read from the wrong store: {fix}")
+
+def check_model(ds, encoder, tok=None):
+    "Raise a clear error unless `ds` was built with `encoder` (and `tok`); cheap, the fingerprints are cached."
+    m = getattr(ds, 'manifest', None)
+    if m is not None: _check(m, encoder, tok, getattr(ds, 'path', ''))
+
+_VERIFIED_STORES: set = set()  # (path, generation, updated) verified in this process
+
+def _verify_key(path, m): return (str(Path(path).resolve()), m['generation'], m.get('updated') or m.get('created'))
+
+def verify_store(path, m: dict | None = None) -> bool:
+    "Check the store's vector rows and metadata files against the manifest's checksums; False if it has none."
+    path = Path(path); m = m or _read_manifest(path)
+    fix, bad = f"the store is damaged: {_rebuild(path)}", []
+    if m.get('meta_checksums') is None:
+        if m['parts']: warnings.warn(f"datastore {path} records no checksums (built by an older version): its content "
+                                     f"cannot be verified; rebuild it to get them")
+        return False
+    verify_checksums(_meta_present(path, m), m['meta_checksums'], 'datastore metadata', fix)
+    h, vec = m['hidden'], path/'vectors.f16'
+    need, have = m['shape'][0] * h * 2, vec.stat().st_size if vec.exists() else 0
+    if have < need: raise ValueError(f"{vec}: truncated or missing ({have} bytes < {need} for shape {m['shape']}); {fix}")
+    for i, p in enumerate(m['parts']):
+        if 'xxh3' not in p or not p['n_vectors']: continue
+        r0, r1 = p['rows']
+        if file_checksum(vec, r0 * h * 2, (r1 - r0) * h * 2) != p['xxh3']:
+            bad.append(f"rows {r0}:{r1} (part {i + 1}, {p['source']})")
+    if bad: raise ValueError(f"datastore {path}: the vectors of {', '.join(bad)} changed since they were written; {fix}")
+    _VERIFIED_STORES.add(_verify_key(path, m))
+    return True
+
+def _verify(self):
+    "Verify this store's checksums now (see `verify_store`); returns `self`."
+    verify_store(self.path, self.manifest); return self
+
+Datastore.verify = _verify
+
 # %% ../nbs/09_datastore.ipynb #364725c6
 def _check(m: dict, model=None, tok=None, path=''):
     "Raise a clear error when `model` / `tok` are not the ones the manifest at `path` was built with."
     if model is not None and (fp := encoder_fingerprint(model)) != m['encoder']:
         raise ValueError(f"encoder mismatch: datastore {path} was built with encoder {m['encoder']} but this model is {fp}; "
-                         "its vectors live in another space. Rebuild the datastore with this model (new path).")
+                         "its vectors live in another space. Rebuild the datastore with this model (a new path: "
+                         "model.build_datastore(docs, path)), or use the model it was built with.")
     if tok is not None and (ft := tokenizer_fingerprint(tok)) != m['tokenizer']:
         raise ValueError(f"tokenizer mismatch: datastore {path} was built with tokenizer {m['tokenizer_name']!r} "
-                         f"({m['tokenizer']}) but this one is {tok.name_or_path!r} ({ft}).")
+                         f"({m['tokenizer']}) but this one is {tok.name_or_path!r} ({ft}); load the tokenizer saved "
+                         "with the model, or rebuild the datastore with this one (new path).")
 
 @classmethod
 def _create(cls, path, model, tok, max_len=256, remove_stopwords=False, source='corpus'):
     "Create an empty datastore at `path` (or open the one there after checking it matches)."
     path = Path(path)
     if (path/'manifest.json').exists():
-        m = json.loads((path/'manifest.json').read_text()); _check(m, model, tok, path)
+        m = _read_manifest(path); _check(m, model, tok, path)
         for k, v in dict(max_len=max_len, remove_stopwords=remove_stopwords).items():
             if m[k] != v: raise ValueError(f"datastore {path} was built with {k}={m[k]!r}, not {v!r}; use another path")
-        return cls(path, model, tok)
-    check_tokenizer(tok); path.mkdir(parents=True, exist_ok=True)
+        return cls(path, model, tok, allow_unfinished=True)
+    check_tokenizer(tok); check_pair(model, tok); path.mkdir(parents=True, exist_ok=True)
     stop = stopword_ids(tok) if remove_stopwords else np.zeros(0, np.int64)
     atomic_write_json(path/'manifest.json', dict(
         format=FORMAT_VERSION, encoder=encoder_fingerprint(model), tokenizer=tokenizer_fingerprint(tok),
@@ -196,30 +316,39 @@ def _create(cls, path, model, tok, max_len=256, remove_stopwords=False, source='
         vector='last_hidden_state (no 1/sqrt(h) scale)', stored='valid_start | valid_end' + (' minus stopwords' if remove_stopwords else ''),
         max_len=max_len, remove_stopwords=remove_stopwords, stop_ids=stop.tolist(), source=source,
         corpus=None, parts=[], n_docs=0, n_blocks=0, generation=0, created=time.strftime('%Y-%m-%d %H:%M:%S')))
-    return cls(path, model, tok)
+    return cls(path, model, tok, allow_unfinished=True)
+
+def _verify_default() -> bool: return os.environ.get('NPM_NB_VERIFY', '1').lower() not in ('0', 'false', 'no')
 
 @classmethod
 def _load(cls, path, # a datastore folder
          model=None, tok=None, # when given: checked against the manifest (and kept, so `add` can encode)
+         verify: bool | None = None, # check the checksums: None = the first time this process opens the store
+                                     # (unless $NPM_NB_VERIFY=0), True = always, False = never (faster)
         ) -> Datastore:
     "Open the datastore at `path`; a different encoder or tokenizer than the manifest's is an error."
     path = Path(path)
     if not (path/'manifest.json').exists():
         hint = ' (an unfinished build: call Datastore.build again to continue it)' if (path/'pending').exists() else ''
         raise FileNotFoundError(f"no datastore at {path}: manifest.json missing{hint}")
-    _check(json.loads((path/'manifest.json').read_text()), model, tok, path)
+    _recover(path)
+    m = _read_manifest(path)
+    if not m['parts']: raise _unfinished(path)
+    _check(m, model, tok, path)
+    if verify or (verify is None and _verify_default() and _verify_key(path, m) not in _VERIFIED_STORES):
+        verify_store(path, m)
     return cls(path, model, tok)
 
 Datastore._create, Datastore.load = _create, _load
 
 # %% ../nbs/09_datastore.ipynb #823d6964
-def _prepare(self, new_docs, source):
+def _prepare(self, new_docs, source, input_fp=None):
     "Stage the new documents in `pending/` (blocks, rows, empty memmap, progress); reuse a matching earlier stage."
     pend, m = self.path/'pending', self.manifest
     table = _doc_table(new_docs, start=m['n_docs']); fp = corpus_fingerprint(table)
     key = dict(base_generation=m['generation'], base_rows=len(self), corpus=fp, encoder=m['encoder'])
     if (pend/'stage.json').exists():
-        st = json.loads((pend/'stage.json').read_text())
+        st = read_json(pend/'stage.json', fix=f'delete {pend} and call again (the pending documents are encoded anew)')
         if {k: st[k] for k in key} == key: return st
         raise ValueError(f"{pend} holds an unfinished build of other documents (corpus {st['corpus']}, this call {fp}); "
                          "call again with those documents to finish it, or delete that folder to discard it")
@@ -234,7 +363,7 @@ def _prepare(self, new_docs, source):
     _save_dataset(table, pend/'docs'); _save_dataset(blocks, pend/'blocks')
     np.savez(pend/'rows.npz', vec_block=vb, vec_pos=vp, counts=counts)
     np.memmap(pend/'vectors.tmp', dtype=np.float16, mode='w+', shape=(max(len(vb), 1), self.hidden)).flush()
-    st = dict(key, source=source, n_docs=len(table), n_blocks=len(blocks), n_vectors=int(len(vb)))
+    st = dict(key, source=source, n_docs=len(table), n_blocks=len(blocks), n_vectors=int(len(vb)), input=input_fp)
     atomic_write_json(pend/'progress.json', dict(blocks_done=0))
     atomic_write_json(pend/'stage.json', st)  # written last: a stage without it is redone from scratch
     return st
@@ -244,7 +373,7 @@ def _encode_pending(self, batch_size, device, progress):
     pend = self.path/'pending'
     blocks, z = load_from_disk(str(pend/'blocks')), np.load(pend/'rows.npz')
     vp, starts = z['vec_pos'], np.concatenate([[0], np.cumsum(z['counts'])]).astype(np.int64)
-    done = json.loads((pend/'progress.json').read_text())['blocks_done']
+    done = read_json(pend/'progress.json', fix=f'delete {pend} and call again')['blocks_done']
     if done >= len(blocks): return
     mm = np.memmap(pend/'vectors.tmp', dtype=np.float16, mode='r+', shape=(max(int(starts[-1]), 1), self.hidden))
     bar = tqdm(total=len(blocks), initial=done, desc=f'encode[{self.manifest["source"]}]', disable=not progress, unit='block')
@@ -258,7 +387,7 @@ def _encode_pending(self, batch_size, device, progress):
     bar.close(); del mm
 
 def _commit(self, st):
-    "Merge the finished pending part into a new generation, append its vectors, and write the manifest."
+    "Write the merged metadata as a new generation, decide the commit (`pending/commit.json`), then carry it out."
     pend, m = self.path/'pending', dict(self.manifest)
     g = m['generation'] + 1; meta = self.path/f'meta-{g}'
     z = np.load(pend/'rows.npz'); new_docs, new_blocks = load_from_disk(str(pend/'docs')), load_from_disk(str(pend/'blocks'))
@@ -269,34 +398,92 @@ def _commit(self, st):
     np.savez(meta/'rows.npz', vec_block=np.concatenate([self.vec_block, z['vec_block']]),
              vec_pos=np.concatenate([self.vec_pos, z['vec_pos']]), block_vec_start=bvs)
     n_new, h, N0 = st['n_vectors'], self.hidden, len(self)
-    vec = self.path/'vectors.f16'
-    if N0 == 0: os.replace(pend/'vectors.tmp', vec)  # a new store: the finished temp file becomes the store
-    else:
-        with open(vec, 'r+b') as f, open(pend/'vectors.tmp', 'rb') as src:
-            f.truncate(N0 * h * 2); f.seek(N0 * h * 2)  # drop bytes of an earlier interrupted append
-            while chunk := src.read(1 << 26): f.write(chunk)
-            f.truncate((N0 + n_new) * h * 2); f.flush(); os.fsync(f.fileno())
     part = {k: st[k] for k in ('source', 'n_docs', 'n_blocks', 'n_vectors', 'corpus')}
+    part.update(input=st.get('input') or st['corpus'], rows=[N0, N0 + n_new],
+                xxh3=file_checksum(pend/'vectors.tmp', 0, n_new * h * 2))
     m.update(generation=g, shape=[N0 + n_new, h], n_docs=m['n_docs'] + st['n_docs'], n_blocks=m['n_blocks'] + st['n_blocks'],
-             parts=m['parts'] + [part], updated=time.strftime('%Y-%m-%d %H:%M:%S'),
+             parts=m['parts'] + [part], updated=time.strftime('%Y-%m-%d %H:%M:%S'), meta_checksums=folder_checksums(meta),
              corpus=hashlib.sha256(f"{m['corpus']}+{st['corpus']}".encode()).hexdigest()[:16] if m['parts'] else st['corpus'])
-    atomic_write_json(self.path/'manifest.json', m)  # the commit point
-    shutil.rmtree(self.path/f"meta-{g - 1}", ignore_errors=True); shutil.rmtree(pend, ignore_errors=True)
+    atomic_write_json(pend/'commit.json', {'manifest': m, 'base_rows': N0})  # decided: any later call finishes it
+    _finish_commit(self.path)
+    _VERIFIED_STORES.add(_verify_key(self.path, m))  # hashed just now
     self._open()
+
+def _finish_commit(path: Path):
+    "Carry out the commit decided in `pending/commit.json`: vectors, manifest, clean-up. Every step may be repeated."
+    pend = path/'pending'
+    c = read_json(pend/'commit.json', fix=f'delete {pend} and run the same build/add again')
+    m, N0 = c['manifest'], c['base_rows']
+    if _read_manifest(path)['generation'] < m['generation']:
+        h, n_new = m['hidden'], m['shape'][0] - N0
+        vec, tmp = path/'vectors.f16', pend/'vectors.tmp'
+        if N0 == 0 and not tmp.exists() and vec.exists() and vec.stat().st_size >= n_new * h * 2: pass  # renamed already
+        elif not tmp.exists():
+            raise ValueError(f"{pend}: the commit cannot finish, vectors.tmp is missing; delete {pend} and run the same "
+                             "build/add again (its documents are encoded anew)")
+        elif N0 == 0: os.replace(tmp, vec)  # a new store: the finished temp file becomes the store
+        else:
+            with open(vec, 'r+b') as f, open(tmp, 'rb') as src:
+                f.truncate(N0 * h * 2); f.seek(N0 * h * 2)  # drop bytes of an earlier interrupted append
+                while chunk := src.read(1 << 26): f.write(chunk)
+                f.truncate((N0 + n_new) * h * 2); f.flush(); os.fsync(f.fileno())
+        atomic_write_json(path/'manifest.json', m)  # the commit point
+    done = path/f'.pending-done-{os.getpid()}'
+    shutil.rmtree(done, ignore_errors=True); os.replace(pend, done)
+    for old in path.glob('meta-*'):
+        if old.name != f"meta-{m['generation']}": shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(done, ignore_errors=True)
+
+def _recover(path: Path):
+    "Finish a commit that was decided but interrupted (a crash, a kill), and remove what finished commits left."
+    path = Path(path)
+    for d in path.glob('.pending-done-*'): shutil.rmtree(d, ignore_errors=True)
+    if not (path/'pending'/'commit.json').exists(): return
+    try:
+        with hold_lock(path, 'datastore'):
+            if (path/'pending'/'commit.json').exists(): _finish_commit(path)
+    except LockedError: pass  # its writer is finishing it right now; the old manifest stays valid until then
+
+def _new_documents(self, docs):
+    "`(documents not yet in the store or None, fingerprint of docs)`: an `add` repeated after it finished adds nothing."
+    table = _doc_table(docs); fp = corpus_fingerprint(table)  # as given (running ids from 0 when there is no id)
+    for i, p in enumerate(self.manifest['parts']):
+        if p.get('input', p['corpus']) == fp:
+            warnings.warn(f"these {len(table)} documents were already added to {self.path} (part {i + 1}): nothing to do")
+            return None, fp
+    cols = docs.column_names if hasattr(docs, 'column_names') else list(docs)
+    if 'id' not in cols or not self.manifest['parts']: return docs, fp
+    have = {}
+    for i, t, x in zip(self.doc_ids, self.titles, self.texts): have.setdefault(i, (t, x))
+    keep, same, clash = [], 0, []
+    for j, (i, t, x) in enumerate(zip(table['id'], table['title'], table['text'])):
+        if i not in have: keep.append(j)
+        elif have[i] == (t, x): same += 1
+        else: clash.append(i)
+    if clash:
+        raise ValueError(f"document ids {clash[:5]} are already in {self.path} with another title or text: add never "
+                         "replaces a document; give the new versions new ids, or build a new store")
+    if same: warnings.warn(f"{same} of {len(table)} documents are already in {self.path} (same id and text): adding the other {len(keep)}")
+    if not keep: return None, fp
+    return (table.select(keep) if same else docs), fp
 
 def _add(self, new_docs, # documents to append: a table with `text` (+ optional `id`, `title`)
         batch_size: int = 32, device: str | None = None, progress: bool = True,
         source: str | None = None, # block source name (default: the store's)
        ) -> Datastore:
-    "Encode only `new_docs` and append them to the store (continues an interrupted `add`); returns `self`."
+    "Encode only the documents not yet in the store and append them (continues an interrupted `add`); returns `self`."
     if self.model is None or self.tok is None:
         raise ValueError("this datastore was opened without an encoder: use Datastore.load(path, model=..., tok=...) to add documents")
-    st = _prepare(self, new_docs, source or self.manifest['source'])
-    if device is not None: self.model.to(device)
-    was_training = self.model.training; self.model.eval()
-    try: _encode_pending(self, batch_size, device, progress)
-    finally: self.model.train(was_training)
-    _commit(self, st)
+    with hold_lock(self.path, 'datastore'):
+        _recover(self.path); self._open(allow_unfinished=True)  # the latest committed state
+        docs, fp = _new_documents(self, new_docs)
+        if docs is None: return self
+        st = _prepare(self, docs, source or self.manifest['source'], fp)
+        if device is not None: self.model.to(device)
+        was_training = self.model.training; self.model.eval()
+        try: _encode_pending(self, batch_size, device, progress)
+        finally: self.model.train(was_training)
+        _commit(self, st)
     return self
 
 @classmethod
@@ -307,17 +494,24 @@ def _build(cls, docs, # documents: a table with `text` (+ optional `id`, `title`
           batch_size: int = 32, # blocks per forward pass
           remove_stopwords: bool = False, # drop whole-word stopwords and punctuation (open-set use)
           device: str | None = None, source: str = 'corpus', progress: bool = True,
+          verify: bool | None = None, # an existing store: verify its checksums (as `Datastore.load`)
          ) -> Datastore:
     "Build (or continue building) the datastore of `docs` at `path`."
-    ds = cls._create(path, model, tok, max_len, remove_stopwords, source)
-    parts = ds.manifest['parts']
-    if parts:  # already built: fine if it is this corpus, an error otherwise
-        fp = corpus_fingerprint(docs)
-        if parts[0]['corpus'] != fp:
-            raise ValueError(f"corpus mismatch: {path} holds corpus {parts[0]['corpus']}, not these documents ({fp}); "
-                             "use another path, or Datastore.load(path, model, tok).add(docs) to extend it")
-        return ds
-    return ds.add(docs, batch_size=batch_size, device=device, progress=progress)
+    path = Path(path)
+    with hold_lock(path, 'datastore'):
+        _recover(path)
+        ds = cls._create(path, model, tok, max_len, remove_stopwords, source)
+        parts = ds.manifest['parts']
+        if parts:  # already built: fine if it is this corpus, an error otherwise
+            fp = corpus_fingerprint(docs)
+            if parts[0]['corpus'] != fp:
+                raise ValueError(f"corpus mismatch: {path} holds corpus {parts[0]['corpus']}, not these documents ({fp}); "
+                                 "use another path, or Datastore.load(path, model, tok).add(docs) to extend it")
+            m = ds.manifest
+            if verify or (verify is None and _verify_default() and _verify_key(path, m) not in _VERIFIED_STORES):
+                verify_store(path, m)
+            return ds
+        return ds.add(docs, batch_size=batch_size, device=device, progress=progress)
 
 Datastore.add, Datastore.build = _add, _build
 

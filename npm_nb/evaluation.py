@@ -12,7 +12,7 @@ import numpy as np, pandas as pd, torch
 from .tasks import normalize_answer, get_task, make_query, with_mask, subsample_indices, MASK
 from .fetch import raw_file
 from .datastore import STOPWORDS
-from .inference import BM25Retriever, block_texts, bm25_query
+from .inference import BM25Retriever, block_texts, bm25_query, check_bm25
 
 # %% auto #0
 __all__ = ['exact_match', 'group_em', 'macro_em', 'accuracy', 'majority_baseline', 'vader_lexicon', 'wordnet_lemmas',
@@ -484,6 +484,7 @@ def eval_bm25_only(task, # an open-set task name or Task
                    n: int | None = None, rows=None, answers: str = 'answers', by: str | None = None,
                   ) -> tuple:
     "Exact match of the BM25-only heuristic answer (`bm25_answer`): `(per-example table, summary)`."
+    check_bm25(bm25, ds)  # its block numbers must be this store's
     t, df = _task_rows(task, rows, n)
     texts = block_texts(ds)
     questions = df['is_question'].astype(bool).tolist() if 'is_question' in df.columns else [None] * len(df)

@@ -231,7 +231,11 @@ def raw_file(key: str, # a key of RAW_FILES, e.g. 'mr_sentences'
 # %% ../nbs/02_fetch.ipynb #c3542cf4
 def main(argv=None):
     "Fetch all sources (or those named on the command line) and print a table."
-    names = (sys.argv[1:] if argv is None else argv) or None
+    import argparse
+    ap = argparse.ArgumentParser(prog='python -m npm_nb.fetch', description='Download and verify (sha256) the raw '
+                                 'sources into data/raw/. Known sources: ' + ', '.join(SOURCES))
+    ap.add_argument('names', nargs='*', metavar='SOURCE', help='sources to fetch (default: all)')
+    names = ap.parse_args(argv).names or None
     try: df = fetch_all(names)
     except (ValueError, RuntimeError, FileNotFoundError) as e: sys.exit(f"error: {e}")
     print(df.to_string(index=False))

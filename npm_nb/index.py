@@ -8,7 +8,9 @@ import json, math, os, time
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
-from .storage import atomic_path, atomic_write_json
+from .storage import atomic_path, atomic_write_json, read_json, file_checksum
+from .datastore import store_fingerprint, check_store_record
+
 
 class _LazyFaiss:
     "`faiss`, imported on first use: training, datastores and exact search run without it (it is the `[cpu]` / `[gpu]` extra)."
@@ -25,7 +27,7 @@ globals()['faiss'] = _LazyFaiss()  # (not `faiss = ...`: that would put it into 
 
 # %% auto #0
 __all__ = ['KINDS', 'training_sample', 'default_nlist', 'faiss_has_gpu', 'VectorIndex', 'rescore_exact', 'build_index',
-           'recall_at_k', 'load_index']
+           'recall_at_k', 'load_index', 'check_index']
 
 # %% ../nbs/10_index.ipynb #b0737016
 def _chunks(vectors, size: int = 65_536, desc: str = 'add', progress: bool = True):
@@ -80,11 +82,7 @@ class VectorIndex:
         vec = getattr(store, 'vectors', store)
         if tuple(vec.shape) != (self.params['n'], self.params['d']):
             raise ValueError(f"store shape {tuple(vec.shape)} does not match the index ({self.params['n']}, {self.params['d']})")
-        m = getattr(store, 'manifest', None)
-        want = self.params.get('store')
-        if m is not None and want and (m['encoder'], m['corpus']) != (want['encoder'], want['corpus']):
-            raise ValueError(f"this index was built on datastore encoder {want['encoder']} / corpus {want['corpus']}, "
-                             f"not {m['encoder']} / {m['corpus']}: rebuild the index")
+        check_store_record(self.params.get('store'), store, 'this index', 'rebuild the index (build_index(ds))')
         self.store = vec; return self
 
     def set_search(self, nprobe: int | None = None, ef_search: int | None = None):
@@ -179,7 +177,7 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
                   ef_construction=ef_construction if kind == 'hnsw' else None,
                   train_size=train_size if kind == 'ivfpq' else None, seed=seed, metric='inner_product')
     m_ = getattr(store, 'manifest', None)
-    if m_ is not None: params['store'] = dict(encoder=m_['encoder'], corpus=m_['corpus'], path=str(getattr(store, 'path', '')))
+    if m_ is not None: params['store'] = dict(store_fingerprint(store), path=str(getattr(store, 'path', '')))
     t0 = time.perf_counter()
     on_gpu = device is not None and str(device).startswith('cuda')
     if kind == 'flat' and on_gpu and not faiss_has_gpu():
@@ -214,7 +212,7 @@ def _save(self, path):
         ix = faiss.IndexFlatIP(self.params['d']); [ix.add(x) for _, x in _chunks(self.store, progress=False)]
     elif hasattr(faiss, 'index_gpu_to_cpu') and 'Gpu' in type(ix).__name__: ix = faiss.index_gpu_to_cpu(ix)
     with atomic_path(path/'index.faiss') as tmp: faiss.write_index(ix, str(tmp))
-    atomic_write_json(path/'index.json', self.params)
+    atomic_write_json(path/'index.json', {**self.params, 'faiss_xxh3': file_checksum(path/'index.faiss')})
     return path
 
 VectorIndex.save = _save
@@ -226,7 +224,29 @@ def load_index(path, # a folder written by `VectorIndex.save`
     "Read an index saved by `VectorIndex.save`, optionally attaching its store."
     path = Path(path)
     if not (path/'index.json').exists(): raise FileNotFoundError(f"no index at {path}: index.json missing")
-    params = json.loads((path/'index.json').read_text()); kind = params['kind']
-    index = faiss.read_index(str(path/'index.faiss'))
+    fix = f'delete {path} and build the index again (build_index(ds).save(path))'
+    params = read_json(path/'index.json', fix=fix); kind = params.get('kind')
+    if kind not in KINDS or not {'n', 'd'} <= set(params): raise ValueError(f"{path/'index.json'} is damaged (no kind, n or d): {fix}")
+    f = path/'index.faiss'
+    if not f.exists(): raise FileNotFoundError(f"{f} is missing: {fix}")
+    if params.get('faiss_xxh3') and file_checksum(f) != params['faiss_xxh3']:
+        raise ValueError(f"{f} is damaged (its content changed since it was saved): {fix}")
+    try: index = faiss.read_index(str(f))
+    except RuntimeError as e: raise ValueError(f"{f} is damaged ({str(e).splitlines()[0][:160]}): {fix}") from e
+    if index.ntotal != params['n']: raise ValueError(f"{f} holds {index.ntotal} vectors, index.json says {params['n']}: {fix}")
+    params.pop('faiss_xxh3', None)
     if device is not None and str(device).startswith('cuda'): index = _to_gpu(index, kind, device)
     return VectorIndex(index, kind, params, store=store).set_search(params.get('nprobe'), params.get('ef_search'))
+
+# %% ../nbs/10_index.ipynb #b741b947
+def check_index(index, # a `VectorIndex` (or None: nothing to check)
+                ds, # the datastore it is about to search
+               ):
+    "Raise a clear error unless `index` was built on `ds` as it is now (same fingerprint, rows and width)."
+    if index is None: return
+    vec = getattr(ds, 'vectors', ds)
+    fix = 'rebuild the index on this store (build_index(ds)), or pass index=None for exact search'
+    if (len(index), index.params['d']) != tuple(vec.shape):
+        raise ValueError(f"this index holds {len(index)} vectors of width {index.params['d']} but the datastore "
+                         f"{getattr(ds, 'path', '')} holds {tuple(vec.shape)}: {fix}")
+    check_store_record(index.params.get('store'), ds, 'this index', fix)

@@ -11,14 +11,30 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import torch
-from .models import load_encoder, load_tokenizer, check_tokenizer, hidden_size
-from .datastore import Datastore
+from .storage import atomic_write_json, read_json, folder_checksums, verify_checksums
+from .models import load_encoder, load_tokenizer, check_tokenizer, hidden_size, check_pair, encoder_fingerprint
+from .datastore import Datastore, store_fingerprint, check_store_record, check_model
+from .index import check_index
 
 # %% auto #0
-__all__ = ['MASK', 'query_ids', 'encode_queries', 'similarity', 'exact_search', 'rescore', 'neighbours', 'TokenTable',
-           'token_table', 'candidate_spans', 'span_probs', 'phrase_texts', 'aggregate_phrases', 'Prediction', 'snippet',
-           'predict_phrases', 'token_strings', 'token_distribution', 'neighbour_words', 'label_probs', 'bm25_query',
-           'block_texts', 'BM25Retriever', 'block_rows', 'is_uncased', 'NPM']
+__all__ = ['MASK', 'check_query', 'query_ids', 'encode_queries', 'similarity', 'exact_search', 'rescore', 'neighbours',
+           'TokenTable', 'token_table', 'candidate_spans', 'span_probs', 'phrase_texts', 'aggregate_phrases',
+           'Prediction', 'snippet', 'predict_phrases', 'token_strings', 'token_distribution', 'neighbour_words',
+           'label_probs', 'bm25_query', 'block_texts', 'check_bm25', 'BM25Retriever', 'block_rows', 'is_uncased', 'NPM',
+           'check_search_args', 'as_queries', 'check_verbalizers', 'check_inputs']
+
+# %% ../nbs/11_inference.ipynb #010f8067
+def check_query(text) -> str:
+    "Raise a clear error unless `text` is a str of valid Unicode text; return it."
+    if not isinstance(text, str):
+        hint = ": decode it first, e.g. text.decode('utf-8')" if isinstance(text, (bytes, bytearray)) else ''
+        raise TypeError(f"a query must be a str holding one {MASK}, got {type(text).__name__}{hint}")
+    try: text.encode('utf-8')
+    except UnicodeEncodeError as e:
+        raise ValueError(f"the query holds {text[e.start:e.end]!r} at position {e.start}, which is not valid text (a lone "
+                         "surrogate, e.g. from bytes decoded with errors='surrogateescape'): decode the source with "
+                         "errors='replace', or remove that character") from None
+    return text
 
 # %% ../nbs/11_inference.ipynb #590d9f5c
 MASK = '[MASK]'
@@ -30,6 +46,7 @@ def query_ids(text: str, # the query, with exactly one `[MASK]` (or the tokenize
              ) -> tuple[list[int], int]:
     "Token ids of the query (mask doubled for NPM) and the position of its first mask."
     if mode not in ('npm', 'single'): raise ValueError(f"mode={mode!r}: use 'npm' (phrases) or 'single' (tokens)")
+    check_query(text)
     t = text.replace(MASK, tok.mask_token)
     n = t.count(tok.mask_token)
     if n != 1:
@@ -363,6 +380,32 @@ def block_texts(ds) -> list[str]:
         out.append('\n'.join(parts))
     return out
 
+# %% ../nbs/11_inference.ipynb #aa67c14d
+_BM25_FIX = 'delete the folder and build it again (BM25Retriever(ds).save(path), or reference_bm25(ds))'
+
+def _save_record(self, path):
+    "Write `store.json`: the store's fingerprint and the checksum of every file of the saved index (written last)."
+    atomic_write_json(Path(path)/'store.json', {'store': self.store, 'n_blocks': self.n_blocks,
+                                                'files': {k: v for k, v in folder_checksums(path).items() if k != 'store.json'}})
+
+def _load_record(self, path):
+    "Verify the saved files against `store.json` and restore the store fingerprint (warn if there is no record)."
+    f = Path(path)/'store.json'
+    if not f.exists():
+        warnings.warn(f"the BM25 index {path} records no datastore (saved by an older version): it cannot be checked "
+                      f"against the store it is used with; {_BM25_FIX}")
+        return
+    rec = read_json(f, fix=_BM25_FIX)
+    verify_checksums(path, rec['files'], 'BM25 index', _BM25_FIX)
+    self.store = rec['store']
+
+def check_bm25(bm25, # a `BM25Retriever` (None: nothing to check)
+               ds, # the datastore whose blocks it is about to pick
+              ):
+    "Raise a clear error unless `bm25` was built on `ds` as it is now (a retriever without a record is not checked)."
+    if bm25 is not None: check_store_record(getattr(bm25, 'store', None), ds, 'this BM25 index',
+                                            'build it on this store: BM25Retriever(ds), or reference_bm25(ds) for the cache')
+
 # %% ../nbs/11_inference.ipynb #dd937ed9
 def _stemmer():
     try:
@@ -375,12 +418,12 @@ class BM25Retriever:
     def __init__(self, ds=None, # a `Datastore`; None only when loading
                  k1: float = 0.9, b: float = 0.4, stopwords: str = 'en'):
         import bm25s
-        self.stopwords, self.stemmer = stopwords, _stemmer()
+        self.stopwords, self.stemmer, self.store = stopwords, _stemmer(), None
         if ds is None: return
         corpus = bm25s.tokenize(block_texts(ds), stopwords=stopwords, stemmer=self.stemmer, show_progress=False)
         self.bm25 = bm25s.BM25(k1=k1, b=b, method='lucene')
         self.bm25.index(corpus, show_progress=False)
-        self.n_blocks = len(ds.blocks)
+        self.n_blocks, self.store = len(ds.blocks), store_fingerprint(ds)
 
     def retrieve(self, query: str, # the BM25 query text (see `bm25_query`)
                  k: int = 3) -> np.ndarray:
@@ -396,19 +439,25 @@ class BM25Retriever:
 
     def save(self, path):
         "Save the BM25 index to the folder `path`."
-        self.bm25.save(str(path)); Path(path, 'n_blocks.txt').write_text(str(self.n_blocks))
+        self.bm25.save(str(path)); Path(path, 'n_blocks.txt').write_text(str(self.n_blocks)); _save_record(self, path)
 
     @classmethod
     def load(cls, path, stopwords: str = 'en'):
         "Load an index saved with `save`."
         import bm25s
-        self = cls(None, stopwords=stopwords); self.bm25 = bm25s.BM25.load(str(path))
-        self.n_blocks = int(Path(path, 'n_blocks.txt').read_text()); return self
+        self = cls(None, stopwords=stopwords); _load_record(self, path)
+        try: self.bm25 = bm25s.BM25.load(str(path)); self.n_blocks = int(Path(path, 'n_blocks.txt').read_text())
+        except Exception as e: raise ValueError(f"the BM25 index {path} is damaged ({type(e).__name__}: {str(e)[:160]}): "
+                                                f"{_BM25_FIX}") from e
+        return self
 
 # %% ../nbs/11_inference.ipynb #7f76138b
 def block_rows(ds, blocks) -> np.ndarray:
     "Datastore rows of every stored token in the given blocks."
-    tt = token_table(ds)
+    tt = token_table(ds); blocks = np.asarray(blocks, np.int64)
+    if len(blocks) and (blocks.min() < 0 or blocks.max() >= len(tt.offsets) - 1):
+        raise ValueError(f"block numbers up to {blocks.max()} but the datastore has {len(tt.offsets) - 1} blocks: the "
+                         "retriever was built on another store; build it on this one (BM25Retriever(ds))")
     rows = [tt.row[tt.offsets[b]:tt.offsets[b + 1]] for b in np.asarray(blocks, np.int64)]
     rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     return rows[rows >= 0]
@@ -426,7 +475,7 @@ class NPM:
                  max_len: int = 256, # longest query in tokens
                 ):
         if mode not in ('npm', 'single'): raise ValueError(f"mode={mode!r}: use 'npm' or 'single'")
-        self.encoder, self.tok, self.mode, self.max_len = encoder.eval(), check_tokenizer(tok), mode, max_len
+        self.encoder, self.tok, self.mode, self.max_len = encoder.eval(), check_pair(encoder, check_tokenizer(tok)), mode, max_len
         self.fold_case = is_uncased(tok)
 
     @classmethod
@@ -434,6 +483,11 @@ class NPM:
                         mode: str = 'npm', device: str | None = None, **kw):
         "Load encoder and tokenizer (see `load_encoder`)."
         return cls(load_encoder(name_or_path, device=device), load_tokenizer(name_or_path), mode, **kw)
+
+    @property
+    def fingerprint(self) -> str:
+        "The encoder's fingerprint (cached on it: see `npm_nb.models.encoder_fingerprint`)."
+        return encoder_fingerprint(self.encoder)
 
     def __repr__(self): return f"NPM(mode={self.mode!r}, h={hidden_size(self.encoder)}, tokenizer={self.tok.name_or_path!r})"
 
@@ -444,6 +498,46 @@ class NPM:
     def encode_queries(self, texts, batch_size: int = 32):
         "Query vectors: `(q_start, q_end)` for NPM, `q` for NPM-single (see `encode_queries`)."
         return encode_queries(texts, self.encoder, self.tok, self.mode, self.max_len, batch_size)
+
+# %% ../nbs/11_inference.ipynb #ce68fc9f
+def _is_int(v): return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=None, restrict_k=None):
+    "Raise a clear error naming the fix for a search parameter that makes no sense (`None` is not checked)."
+    for name, v, lo, eg in (('k', k, 1, 'k=4096 (more than the store holds is fine)'), ('topn', topn, 0, 'topn=5'),
+                            ('l_max', l_max, 1, 'l_max=10'), ('restrict_k', restrict_k, 0, 'restrict_k=3')):
+        if v is not None and (not _is_int(v) or v < lo):
+            raise ValueError(f"{name}={v!r}: use an integer >= {lo}, e.g. {eg}")
+    if temperature is not None and not (isinstance(temperature, (int, float, np.number)) and math.isfinite(temperature)
+                                        and temperature > 0):
+        raise ValueError(f"temperature={temperature!r}: use a finite number > 0 (1 for open-set, 5 for closed-set)")
+    if alpha is not None and not (isinstance(alpha, (int, float, np.number)) and math.isfinite(alpha)):
+        raise ValueError(f"alpha={alpha!r}: use a finite number (0 = no length bonus)")
+
+def as_queries(texts) -> list:
+    "`texts` as a list of queries; a clear error for one str (or bytes, or None) where a list is expected."
+    if isinstance(texts, str):
+        raise TypeError(f"expected a list of queries, got one str ({texts[:40]!r}): use predict(text, ds) for one "
+                        "query, or predict_batch([text], ds)")
+    if texts is None or isinstance(texts, (bytes, bytearray, dict)) or not hasattr(texts, '__iter__'):
+        raise TypeError(f"expected a list of queries (str, each with one {MASK}), got {type(texts).__name__}")
+    return [check_query(t) for t in texts]
+
+def check_verbalizers(verbalizers) -> dict:
+    "Raise a clear error unless `verbalizers` maps each label to a list of words; return it."
+    if not isinstance(verbalizers, dict):
+        raise TypeError(f"verbalizers must be a dict label -> list of words, got {type(verbalizers).__name__}")
+    for label, ws in verbalizers.items():
+        if isinstance(ws, str):
+            raise TypeError(f"verbalizers[{label!r}] is the str {ws!r}: give a list of words, e.g. [{ws!r}] "
+                            "(a str would be read letter by letter)")
+        if not isinstance(ws, (list, tuple, set, frozenset)) or not all(isinstance(w, str) for w in ws):
+            raise TypeError(f"verbalizers[{label!r}] must be a list of words (str), got {ws!r:.60}")
+    return verbalizers
+
+def check_inputs(model, ds, index=None, bm25=None):
+    "Raise a clear error unless `ds` was built with `model`'s encoder and tokenizer, and `index` / `bm25` on `ds`."
+    check_model(ds, model.encoder, model.tok); check_index(index, ds); check_bm25(bm25, ds)
 
 # %% ../nbs/11_inference.ipynb #0ca4f191
 def _predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
@@ -461,6 +555,9 @@ def _predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
                   ) -> list[list[Prediction]]:
     "Top-n phrases with provenance for each query."
     if self.mode != 'npm': raise ValueError("phrase prediction needs mode='npm'; for NPM-single use predict_single")
+    texts = as_queries(texts); check_search_args(k, topn, l_max, temperature, alpha, restrict_k)
+    check_inputs(self, ds, index, bm25)
+    if not texts: return []
     qs, qe = self.encode_queries(texts, batch_size)
     kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case)
     if bm25 is None:  # one pass over the store for all start and end queries
@@ -487,6 +584,7 @@ def _predict_single(self: NPM, text: str, # a query with one [MASK]
                    ) -> list[tuple[str, float]]:
     "NPM-single: the top-n token strings and their probabilities (App. A.3)."
     if self.mode != 'single': raise ValueError("predict_single needs mode='single' (one mask); for phrases use predict")
+    check_query(text); check_search_args(k=k, topn=topn, temperature=temperature); check_inputs(self, ds, index)
     s, r = neighbours(ds, self.encode_queries(text), k, index)
     return token_distribution(ds, r[0], s[0], temperature, self.fold_case)[:topn]
 
@@ -498,7 +596,9 @@ def _closed_set_probs(self: NPM, texts, # one query or a list, each with one [MA
                       double_temperature: bool = False, # NPM only: divide by τ twice, as the reference code does
                      ) -> np.ndarray:
     "P(label) from the neighbours' mass on each label's words: [n_labels], or [Q, n_labels] for a list."
-    one = isinstance(texts, str); texts = [texts] if one else list(texts)
+    one = isinstance(texts, str); texts = [check_query(texts)] if one else as_queries(texts)
+    check_verbalizers(verbalizers); check_search_args(k=k, temperature=temperature); check_inputs(self, ds, index)
+    if not texts: return np.zeros((0, len(verbalizers)))
     tt = token_table(ds)
     if self.mode == 'single':
         words = [n for n in set(w for ws in verbalizers.values() for w in ws) if len(self.tok.tokenize(n.strip())) > 1]

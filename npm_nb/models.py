@@ -8,11 +8,12 @@ import os, hashlib, importlib.util, zipfile, shutil
 from pathlib import Path
 import torch
 from transformers import AutoTokenizer, AutoModel, AutoModelForMaskedLM, BertConfig, BertModel, BertForMaskedLM
-from .storage import data_dir
+from .storage import data_dir, read_json, file_checksum, folder_checksums, verify_checksums
 
 # %% auto #0
-__all__ = ['MODEL_ALIASES', 'offline_mode', 'default_device', 'resolve_model', 'check_tokenizer', 'load_tokenizer',
-           'load_encoder', 'hidden_size', 'tiny_encoder', 'encoder_fingerprint']
+__all__ = ['MODEL_ALIASES', 'CHECKSUMS', 'MIN_VOCAB', 'offline_mode', 'default_device', 'resolve_model', 'write_model_checksums',
+           'verify_model_folder', 'check_tokenizer', 'load_tokenizer', 'load_encoder', 'check_finite', 'hidden_size',
+           'tiny_encoder', 'encoder_fingerprint', 'check_pair']
 
 # %% ../nbs/01_models.ipynb #32cf2f21
 def offline_mode():
@@ -69,6 +70,38 @@ def resolve_model(name: str = 'minilm', # an alias (`minilm`, `mpnet`), a local 
     if name == 'mpnet': return str(_mpnet_dir())
     return str(name)
 
+# %% ../nbs/01_models.ipynb #761412ca
+CHECKSUMS = 'checksums.json'
+_VERIFIED: dict = {}  # folder -> (size, mtime) of its files when last verified in this process
+
+def _stamp(folder: Path, names) -> tuple:
+    "Size and modification time of each file: a file replaced, cut or deleted since the last check changes it."
+    st = lambda p: (p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else None
+    return tuple((n, st(folder/n)) for n in sorted(names))
+
+def write_model_checksums(folder) -> dict:
+    "Record the checksum of every file of a model folder in `<folder>/checksums.json`; return them."
+    from npm_nb.storage import atomic_write_json
+    folder = Path(folder)
+    sums = {k: v for k, v in folder_checksums(folder).items() if k != CHECKSUMS}
+    atomic_write_json(folder/CHECKSUMS, {'algorithm': 'xxh3_128', 'files': sums})
+    _VERIFIED[str(folder.resolve())] = _stamp(folder, [*sums, CHECKSUMS])
+    return sums
+
+def verify_model_folder(folder, # a model folder (e.g. a checkpoint)
+                        force: bool = False, # verify again even if nothing changed since the last check
+                       ) -> bool:
+    "Verify `folder` against its `checksums.json` (a clear error naming the damaged files); False if it has none."
+    folder = Path(folder); f = folder/CHECKSUMS
+    if not f.exists(): return False
+    rec = read_json(f, fix='delete checksums.json to load the folder unchecked, or use another checkpoint')
+    key, stamp = str(folder.resolve()), _stamp(folder, [*rec['files'], CHECKSUMS])
+    if not force and _VERIFIED.get(key) == stamp: return True
+    verify_checksums(folder, rec['files'], 'model folder',
+                     'use an earlier checkpoint (or copy the folder again from where it was trained)')
+    _VERIFIED[key] = stamp
+    return True
+
 # %% ../nbs/01_models.ipynb #5e48b1e6
 def check_tokenizer(tok):
     "Raise a clear error unless `tok` is a fast tokenizer with a mask token; return it."
@@ -81,13 +114,26 @@ def check_tokenizer(tok):
                          "tok.add_special_tokens({'mask_token': '[MASK]'})")
     return tok
 
+MIN_VOCAB = 100  # fewer tokens than this is a tokenizer whose vocabulary files are missing
+
 def load_tokenizer(name: str = 'minilm', # alias, folder or Hugging Face id
                   ):
     "A checked fast tokenizer for `name`."
-    try: tok = AutoTokenizer.from_pretrained(resolve_model(name), use_fast=True)
+    path = resolve_model(name)
+    if Path(path).is_dir(): verify_model_folder(path)
+    try: tok = AutoTokenizer.from_pretrained(path, use_fast=True)
     except OSError as e:
+        if Path(path).is_dir(): raise OSError(f"could not load the tokenizer in folder {path}: {e}") from e
         raise OSError(f"could not load a tokenizer for {name!r}: it is not an alias ({', '.join(MODEL_ALIASES)}), "
                       f"not a local folder, and the Hugging Face Hub is offline or lacks it ({e})") from e
+    except Exception as e:  # a damaged tokenizer.json: JSON or Rust errors deep in tokenizers
+        raise ValueError(f"the tokenizer files in {path} are damaged ({type(e).__name__}: {str(e)[:200]}): copy "
+                         "tokenizer.json (and tokenizer_config.json) again from where the model came from") from e
+    if len(tok) < MIN_VOCAB:
+        raise ValueError(f"the tokenizer in {path} has only {len(tok)} tokens ({', '.join(tok.get_vocab())}): its "
+                         "vocabulary file (tokenizer.json or vocab.txt) is missing, so every word would be "
+                         "[UNK]. Copy it from the folder the model was trained in (a checkpoint writes it), "
+                         "or load the base model's tokenizer, e.g. load_tokenizer('minilm')")
     return check_tokenizer(tok)
 
 # %% ../nbs/01_models.ipynb #534541f0
@@ -97,11 +143,26 @@ def load_encoder(name: str = 'minilm', # alias, folder or Hugging Face id
                 ):
     "Load the encoder (or masked LM) for `name`, in eval mode on `device`."
     cls = AutoModelForMaskedLM if masked_lm else AutoModel
-    try: model = cls.from_pretrained(resolve_model(name))
+    path = resolve_model(name); local = Path(path).is_dir()
+    if local: verify_model_folder(path)
+    try: model = cls.from_pretrained(path)
     except OSError as e:
+        if local: raise OSError(f"could not load the encoder in folder {path}: {e}") from e
         raise OSError(f"could not load encoder {name!r}: not an alias ({', '.join(MODEL_ALIASES)}), not a local folder, "
                       f"and the Hugging Face Hub is offline or lacks it ({e})") from e
+    except Exception as e:  # not a model folder (no model_type), a damaged safetensors header, ...
+        raise ValueError(f"could not load an encoder from {path} ({type(e).__name__}: {str(e)[:200]}): it must be a "
+                         "model folder (config.json + model.safetensors, as a checkpoint writes it); if a file is "
+                         "damaged, use an earlier checkpoint or train again") from e
+    check_finite(model, path)
     return model.to(device or default_device()).eval()
+
+def check_finite(model, where='') -> None:
+    "Raise a clear error when any weight of `model` is NaN or infinite (a damaged file or a diverged run)."
+    bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise ValueError(f"the weights {bad[:3]}{' ...' if len(bad) > 3 else ''} of {where or 'this model'} hold NaN or "
+                         "inf values: the file is damaged or training diverged; use an earlier checkpoint")
 
 def hidden_size(model) -> int:
     "Width h of the token vectors (the paper's similarity divides by sqrt(h))."
@@ -119,10 +180,37 @@ def tiny_encoder(tok, # the tokenizer whose vocabulary the encoder embeds
     return (BertForMaskedLM if masked_lm else BertModel)(cfg).eval()
 
 # %% ../nbs/01_models.ipynb #2e9e9e8c
-def encoder_fingerprint(model) -> str:
-    "A short sha256 of the encoder's weights (names, shapes and values)."
+def _weights_key(model) -> tuple:
+    "Changes whenever a weight is replaced or modified in place (storage address and torch's version counter)."
+    return tuple((k, v.data_ptr(), v._version) for k, v in model.state_dict().items())
+
+def encoder_fingerprint(model, # an encoder (or any `nn.Module`)
+                        cached: bool = True, # reuse the hash computed for these exact weights
+                       ) -> str:
+    "A short sha256 of the encoder's weights (names, shapes and values), cached on the model."
+    key = _weights_key(model)
+    hit = getattr(model, '_npm_nb_fingerprint', None)
+    if cached and hit is not None and hit[0] == key: return hit[1]
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode()); h.update(str(tuple(v.shape)).encode())
         h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
+    fp = h.hexdigest()[:16]
+    try: object.__setattr__(model, '_npm_nb_fingerprint', (key, fp))
+    except (AttributeError, TypeError): pass
+    return fp
+
+# %% ../nbs/01_models.ipynb #a7893c74
+def check_pair(encoder, tok):
+    "Raise a clear error unless `tok`'s vocabulary fits the encoder's embedding table; return `tok`."
+    emb = encoder.get_input_embeddings() if hasattr(encoder, 'get_input_embeddings') else None
+    n = getattr(emb, 'num_embeddings', None)
+    if n is None: return tok
+    if len(tok) > n:
+        raise ValueError(f"the tokenizer {tok.name_or_path!r} has {len(tok)} tokens but the encoder embeds only {n}: "
+                         "they are not a pair; load both from the same folder (or model name)")
+    if len(tok) < n // 2:
+        raise ValueError(f"the tokenizer {tok.name_or_path!r} has {len(tok)} tokens but the encoder embeds {n}: its "
+                         "vocabulary file is probably missing (a checkpoint copied without tokenizer.json); load both "
+                         "from the same complete folder")
+    return tok

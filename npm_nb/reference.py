@@ -4,15 +4,16 @@
 
 # %% ../nbs/12a_reference.ipynb #0397d69d
 from __future__ import annotations
+import os, shutil, warnings
 import numpy as np, datasets
 from pathlib import Path
 from transformers import AutoModelForMaskedLM
-from .storage import data_dir
+from .storage import data_dir, read_json, hold_lock
 from .models import load_tokenizer, default_device, encoder_fingerprint
 from .corpora import load_corpus, CORPORA
 from .tasks import load_task_corpus
 from .training import checkpoint_dir
-from .datastore import Datastore
+from .datastore import Datastore, store_fingerprint
 from .inference import NPM, BM25Retriever
 
 # %% auto #0
@@ -95,17 +96,28 @@ def reference_datastore(model: NPM, # the row's model (its encoder fills the sto
     "The cached datastore, built (resumably) from `reference_corpus(names, max_tokens)` on first use."
     fp = encoder_fingerprint(model.encoder)[:8]  # a retrained model gets its own store, never a stale one
     path = store_path(profile, f'{key}-{fp}', names, max_tokens, remove_stopwords, seed)
-    if (path/'manifest.json').exists() and not (path/'pending').exists():
-        ds = Datastore.load(path, model.encoder, model.tok)  # checks encoder and tokenizer against the manifest
-        if ds.manifest['parts']: return ds  # finished: the path names the corpus selection, no need to re-select it
+    if (path/'manifest.json').exists() and not (path/'pending').exists() and read_json(path/'manifest.json').get('parts'):
+        # finished: the path names the corpus selection, no need to re-select it; `load` checks encoder and tokenizer
+        # against the manifest, and the checksums the first time this process opens the store
+        return Datastore.load(path, model.encoder, model.tok)
     docs = reference_corpus(names, max_tokens, seed, model.tok)
     return Datastore.build(docs, model.encoder, model.tok, path, max_len=max_len, batch_size=batch_size,
                            remove_stopwords=remove_stopwords, source='+'.join([names] if isinstance(names, str) else names),
                            progress=progress)
 
 def reference_bm25(ds: Datastore) -> BM25Retriever:
-    "The BM25 index over a datastore's blocks, cached in the datastore folder."
+    "The BM25 index over a datastore's blocks, cached in the datastore folder; rebuilt when stale or damaged."
     p = Path(ds.path)/'bm25'
-    if (p/'done').exists(): return BM25Retriever.load(p)
-    bm = BM25Retriever(ds); bm.save(p); (p/'done').write_text('ok')
+    if (p/'done').exists():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore'); bm = BM25Retriever.load(p)  # verifies the files' checksums
+            if bm.store == store_fingerprint(ds): return bm
+            why = 'built on another state of the store (e.g. before an add)' if bm.store else 'from an older version (no record)'
+        except (ValueError, OSError) as e: why = f'damaged ({str(e)[:120]})'
+        warnings.warn(f"the cached BM25 index {p} is {why}: rebuilding it")
+    with hold_lock(ds.path, 'datastore'):
+        bm, tmp = BM25Retriever(ds), p.with_name('.bm25.tmp')
+        shutil.rmtree(tmp, ignore_errors=True); bm.save(tmp); (tmp/'done').write_text('ok')
+        shutil.rmtree(p, ignore_errors=True); os.replace(tmp, p)
     return bm

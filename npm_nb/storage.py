@@ -4,12 +4,13 @@
 
 # %% ../nbs/00_storage.ipynb #97b5a84f
 from __future__ import annotations
-import os, json, tempfile, contextlib
+import os, json, time, tempfile, contextlib
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['project_root', 'data_dir', 'results_dir', 'atomic_path', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_json']
+           'atomic_write_json', 'read_json', 'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError',
+           'hold_lock', 'pid_alive']
 
 # %% ../nbs/00_storage.ipynb #a89dcfc9
 def project_root() -> Path:
@@ -56,3 +57,91 @@ def atomic_write_text(path, text: str):
 def atomic_write_json(path, obj, indent: int = 2):
     "Write `obj` as JSON to `path` atomically."
     return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False, default=str) + '\n')
+
+# %% ../nbs/00_storage.ipynb #84a498a0
+def read_json(path, # a JSON file written by this package
+              fix: str = 'delete it and run the step that writes it again', # what to do when it is unreadable
+             ):
+    "The parsed JSON at `path`; a clear error naming the file and the fix when it is missing or damaged."
+    path = Path(path)
+    try: return json.loads(path.read_text(encoding='utf-8'))
+    except FileNotFoundError: raise FileNotFoundError(f"{path} is missing: {fix}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is damaged (not valid JSON: {e}): {fix}") from None
+
+# %% ../nbs/00_storage.ipynb #a398d71a
+def file_checksum(path, # a file
+                  start: int = 0, # first byte
+                  length: int | None = None, # bytes to hash (None: to the end)
+                  chunk: int = 1 << 24) -> str:
+    "xxh3-128 hex digest of a file, or of `length` bytes of it from `start`."
+    import xxhash
+    h = xxhash.xxh3_128()
+    with open(path, 'rb') as f:
+        f.seek(start); left = length
+        while left is None or left > 0:
+            b = f.read(chunk if left is None else min(chunk, left))
+            if not b: break
+            h.update(b)
+            if left is not None: left -= len(b)
+    return h.hexdigest()
+
+def folder_checksums(folder, # a folder
+                     skip=('.lock',), # file names left out
+                    ) -> dict:
+    "`{relative path: checksum}` of every file under `folder` (hidden files and `skip` left out)."
+    folder = Path(folder)
+    return {p.relative_to(folder).as_posix(): file_checksum(p) for p in sorted(folder.rglob('*'))
+            if p.is_file() and p.name not in skip and not any(x.startswith('.') for x in p.relative_to(folder).parts)}
+
+def verify_checksums(folder, # the folder the paths are relative to
+                     expected: dict, # `{relative path: checksum}` as recorded when written
+                     what: str = 'folder', # what `folder` is, for the message ("datastore", "checkpoint")
+                     fix: str = 'delete it and build it again', # how to get a good copy
+                    ):
+    "Raise a clear error naming every file of `expected` that is missing or whose content changed."
+    folder, bad = Path(folder), []
+    for rel, want in expected.items():
+        p = folder/rel
+        if not p.is_file(): bad.append(f'{rel} (missing)')
+        elif file_checksum(p) != want: bad.append(f'{rel} (content changed)')
+    if bad: raise ValueError(f"{what} {folder} is damaged: {', '.join(bad)}; {fix}")
+
+# %% ../nbs/00_storage.ipynb #a9d3aef5
+class LockedError(RuntimeError):
+    "Another process is writing the folder this one wants to write."
+
+_HELD: dict = {}  # lock file -> [open file, depth] of the locks this process holds
+
+@contextlib.contextmanager
+def hold_lock(folder, # the folder written under the lock (created if missing)
+              what: str = 'folder', # what it is, for the message ("datastore", "checkpoint folder")
+             ):
+    "Hold an exclusive lock on `folder` for the block; raise `LockedError` at once if another process holds it."
+    import fcntl
+    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+    p = str((folder/'.lock').resolve())
+    if p in _HELD:  # re-entrant within this process
+        _HELD[p][1] += 1
+        try: yield
+        finally: _HELD[p][1] -= 1
+        return
+    fh = open(p, 'a+')
+    try: fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0); holder = fh.read().strip() or 'another process'; fh.close()
+        raise LockedError(f"{what} {folder} is being written by {holder} right now: wait for it to finish "
+                          "(or stop it), or use another path") from None
+    fh.seek(0); fh.truncate(); fh.write(f'pid {os.getpid()} (since {time.strftime("%Y-%m-%d %H:%M:%S")})'); fh.flush()
+    _HELD[p] = [fh, 1]
+    try: yield
+    finally:
+        _HELD[p][1] -= 1
+        if _HELD[p][1] == 0: del _HELD[p]; fh.close()
+
+def pid_alive(pid: int) -> bool:
+    "Whether a process with this id exists (on this machine)."
+    try: os.kill(int(pid), 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True

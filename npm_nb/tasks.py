@@ -742,8 +742,11 @@ def task_summary(names=None) -> pd.DataFrame:
 
 def main(argv=None):
     "Build all tasks (or those named on the command line) and print the summary."
-    import sys
-    names = (sys.argv[1:] if argv is None else argv) or None
+    import sys, argparse
+    ap = argparse.ArgumentParser(prog='python -m npm_nb.tasks', description='Build the evaluation tasks into '
+                                 'data/processed/tasks/. Local tasks: ' + ', '.join(LOCAL_TASKS))
+    ap.add_argument('names', nargs='*', metavar='TASK', help='tasks to build (default: all local tasks)')
+    names = ap.parse_args(argv).names or None
     try: build_tasks(names)
     except (KeyError, FileNotFoundError, ValueError) as e: sys.exit(f"error: {e}")
     print(task_summary(names).to_string())

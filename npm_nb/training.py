@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_training.ipynb #94636c49
 from __future__ import annotations
-import os, json, math, time, random, shutil, argparse, contextlib, dataclasses
+import os, sys, json, math, time, random, shutil, argparse, contextlib, dataclasses, functools, warnings
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
@@ -13,9 +13,9 @@ import torch.nn as nn
 import torch.distributed as dist
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoModelForMaskedLM, get_linear_schedule_with_warmup
-from .storage import data_dir, atomic_write_json
+from .storage import data_dir, atomic_write_json, read_json, hold_lock, LockedError, pid_alive
 from .models import (offline_mode, resolve_model, load_tokenizer, check_tokenizer, encoder_fingerprint,
-                           default_device)
+                           default_device, write_model_checksums, verify_model_folder, check_finite)
 from .blocks import build_blocks, make_batches, split_batches
 from .masking import span_mask, collate_npm, single_mask, collate_single, mlm_mask
 from .losses import start_end_loss, single_loss
@@ -23,9 +23,9 @@ from .losses import start_end_loss, single_loss
 # %% auto #0
 __all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'training_blocks', 'BatchStream', 'mask_seed',
            'prepare_batch', 'unmasked_inputs', 'StreamItems', 'batch_loader', 'TwoViews', 'gather_candidates',
-           'batch_loss', 'make_optimizer', 'amp_setup', 'save_checkpoint', 'list_checkpoints', 'prune_checkpoints',
-           'link_final', 'check_resume', 'init_model', 'TrainingDeadline', 'train', 'retrieval_eval',
-           'config_from_args', 'main']
+           'batch_loss', 'make_optimizer', 'amp_setup', 'save_checkpoint', 'clean_stale_checkpoints',
+           'list_checkpoints', 'prune_checkpoints', 'link_final', 'DamagedCheckpoint', 'check_resume', 'resume_point',
+           'init_model', 'TrainingDeadline', 'train', 'retrieval_eval', 'config_from_args', 'main']
 
 # %% ../nbs/08_training.ipynb #bf11367d
 PAPER_CONFIG = dict(lr=3e-5, weight_decay=0.01, warmup=4000, steps=100_000, clip=2.0, batch_size=512, max_len=256,
@@ -309,6 +309,7 @@ def save_checkpoint(out_dir, # the run folder
                     opt=None, sched=None, scaler=None) -> Path:
     "Write `checkpoint-<step>` atomically (temp folder, then rename) and return it."
     out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
+    clean_stale_checkpoints(out_dir)
     final = out_dir/f"checkpoint-{state['step']}"
     tmp = out_dir/f".tmp-checkpoint-{state['step']}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -317,15 +318,25 @@ def save_checkpoint(out_dir, # the run folder
     torch.save({**state, 'rng': _rng_state(), 'optimizer': opt.state_dict() if opt else None,
                 'scheduler': sched.state_dict() if sched else None,
                 'scaler': scaler.state_dict() if scaler is not None and scaler.is_enabled() else None}, tmp/'trainer_state.pt')
+    write_model_checksums(tmp)  # verified on resume and whenever the folder is loaded as a model
     if final.exists():  # e.g. a re-run of the same step: swap, then drop the old one
         old = out_dir/f".old-{final.name}-{os.getpid()}"; final.rename(old); tmp.rename(final); shutil.rmtree(old)
     else: tmp.rename(final)
     return final
 
+def clean_stale_checkpoints(out_dir):
+    "Remove the temporary folders (`.tmp-checkpoint-*`, `.old-*`, `.final-*`) that dead processes left in `out_dir`."
+    for p in Path(out_dir).glob('.*-*'):
+        pid = p.name.rsplit('-', 1)[-1]
+        if p.name.startswith(('.tmp-checkpoint-', '.old-', '.final-')) and pid.isdigit() and not pid_alive(int(pid)):
+            if p.is_symlink() or p.is_file(): p.unlink()
+            else: shutil.rmtree(p, ignore_errors=True)
+
 def list_checkpoints(out_dir) -> list[Path]:
-    "Complete checkpoints in `out_dir`, oldest first."
+    "Complete checkpoints in `out_dir`, oldest first (removing what dead writers left behind)."
     out_dir = Path(out_dir)
     if not out_dir.is_dir(): return []
+    clean_stale_checkpoints(out_dir)
     cks = [p for p in out_dir.glob('checkpoint-*') if p.is_dir() and (p/'trainer_state.pt').exists()]
     return sorted(cks, key=lambda p: int(p.name.split('-')[1]))
 
@@ -345,20 +356,47 @@ def link_final(out_dir, ckpt: Path) -> Path:
 # %% ../nbs/08_training.ipynb #4587f622
 _FREE_FIELDS = ('out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'profile', 'workers')
 
+class DamagedCheckpoint(ValueError):
+    "A checkpoint whose files are missing, unreadable or changed since they were written."
+
 def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
-    "Load `trainer_state.pt` of `ckpt` after checking it belongs to this run; raise a clear error otherwise."
-    state = torch.load(Path(ckpt)/'trainer_state.pt', map_location='cpu', weights_only=False)
+    "Load `trainer_state.pt` of `ckpt` after checking it is intact and belongs to this run; raise a clear error otherwise."
+    try:
+        verify_model_folder(ckpt, force=True)  # checksums, when the checkpoint has them
+        state = torch.load(Path(ckpt)/'trainer_state.pt', map_location='cpu', weights_only=False)
+        old = read_json(Path(ckpt)/'train_config.json', fix='use another checkpoint')
+    except (ValueError, OSError, RuntimeError, EOFError, KeyError) as e:
+        raise DamagedCheckpoint(f"checkpoint {ckpt} is damaged: {type(e).__name__}: {str(e)[:300]}") from e
     if state['init_fingerprint'] != init_fingerprint:
         raise ValueError(f"cannot resume from {ckpt}: it was trained from another encoder (init fingerprint "
                          f"{state['init_fingerprint']}, model {state.get('model')!r}) but this run starts from "
-                         f"{init_fingerprint} (model {cfg.model!r}); use another out_dir, or resume=False to start over")
-    old = json.loads((Path(ckpt)/'train_config.json').read_text())
+                         f"{init_fingerprint} (model {cfg.model!r}); use another out_dir, or resume=False "
+                         "(command line: --no-resume) to start over")
     diff = {k: (old.get(k), v) for k, v in json.loads(json.dumps(asdict(cfg))).items()
             if k not in _FREE_FIELDS and old.get(k) != v}
     if diff:
         raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
-                         "use the same settings, another out_dir, or resume=False to start over")
+                         "use the same settings, another out_dir, or resume=False (command line: --no-resume) to start over")
     return state
+
+def resume_point(cks: list, # complete checkpoints, oldest first (`list_checkpoints`)
+                 cfg: TrainConfig, init_fingerprint: str,
+                 model_cls, # the model class to load the weights with
+                ) -> tuple:
+    "`(checkpoint, trainer state, model)` of the newest intact checkpoint; damaged newer ones are set aside, with a warning."
+    damaged = []
+    for ck in reversed(cks):
+        try:
+            state = check_resume(ck, cfg, init_fingerprint)
+            try: model = model_cls.from_pretrained(ck); check_finite(model, ck)
+            except Exception as e: raise DamagedCheckpoint(f"checkpoint {ck} is damaged: {type(e).__name__}: {str(e)[:300]}") from e
+        except DamagedCheckpoint as e: damaged.append((ck, e)); continue
+        for bad, e in damaged:  # kept for inspection, out of the way of later resumes
+            aside = bad.with_name(f".damaged-{bad.name}-{time.strftime('%Y%m%d-%H%M%S')}"); bad.rename(aside)
+            warnings.warn(f"{e}; set aside as {aside.name}; resuming from {ck.name} instead", stacklevel=2)
+        return ck, state, model
+    raise DamagedCheckpoint(f"no intact checkpoint in {Path(cks[-1]).parent} ({'; '.join(str(e) for _, e in damaged)[:600]}): "
+                            "start over with resume=False (command line: --no-resume)")
 
 # %% ../nbs/08_training.ipynb #eae5605f
 def init_model(cfg: TrainConfig):
@@ -374,10 +412,14 @@ def _dist_info():
 def _append_jsonl(path: Path, row: dict):
     with open(path, 'a') as f: f.write(json.dumps(row) + '\n')
 
+def _step_of(line: str):
+    try: return json.loads(line)['step']
+    except (ValueError, KeyError, TypeError): return None  # a line cut short by a crash while it was written
+
 def _truncate_metrics(path: Path, step: int):
-    "Drop metric lines logged after `step` (a run that died after its last checkpoint)."
+    "Drop metric lines logged after `step` (a run that died after its last checkpoint), and lines cut short."
     if not path.exists(): return
-    keep = [l for l in path.read_text().splitlines() if l.strip() and json.loads(l)['step'] <= step]
+    keep = [l for l in path.read_text().splitlines() if l.strip() and (s := _step_of(l)) is not None and s <= step]
     path.write_text(''.join(l + '\n' for l in keep))
 
 class TrainingDeadline(RuntimeError):
@@ -395,6 +437,16 @@ def _past(deadline: float, world: int, device) -> bool:
     dist.all_reduce(late, op=dist.ReduceOp.MAX)
     return bool(late.item())
 
+def _one_writer(fn):
+    "Hold the lock of the run's checkpoint folder (rank 0) for the whole call: two runs into one folder fail fast."
+    @functools.wraps(fn)
+    def locked(cfg, *args, **kw):
+        if _dist_info()[0] != 0: return fn(cfg, *args, **kw)
+        with hold_lock(Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, cfg.objective), 'checkpoint folder'):
+            return fn(cfg, *args, **kw)
+    return locked
+
+@_one_writer
 def train(cfg: TrainConfig, resume: bool = True,
           model=None, tok=None, # init model and tokenizer (default: loaded from `cfg.model`)
           blocks=None, # training blocks (default: `training_blocks(cfg, tok)`)
@@ -421,8 +473,7 @@ def train(cfg: TrainConfig, resume: bool = True,
     state = {'step': 0, 'cursor': 0, 'n_skipped': 0, 'tokens': 0, 'init_fingerprint': init_fp, 'model': cfg.model,
              'objective': cfg.objective, 'world': world}
     if cks:
-        state = check_resume(cks[-1], cfg, init_fp)
-        model = type(model).from_pretrained(cks[-1])
+        _, state, model = resume_point(cks, cfg, init_fp, type(model))
         if state['step'] >= cfg.steps and (out/'final').exists(): return out/'final'
         if state.get('world', 1) != world:
             raise ValueError(f"cannot resume from {cks[-1]}: it was trained by {state.get('world', 1)} process(es) and this run has "
@@ -571,7 +622,8 @@ def config_from_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
 
 def main(argv=None):
     "Command-line entry point; joins the `torchrun` process group when `WORLD_SIZE` > 1."
-    cfg, a = config_from_args(argv)
+    try: cfg, a = config_from_args(argv)
+    except ValueError as e: print(f'error: {e}', file=sys.stderr); sys.exit(2)
     if int(os.environ.get('WORLD_SIZE', 1)) > 1 and not dist.is_initialized():
         if torch.cuda.is_available():
             local = int(os.environ.get('LOCAL_RANK', 0))
@@ -583,6 +635,8 @@ def main(argv=None):
         print(f"training {cfg.objective} from {cfg.model} into {cfg.out_dir or checkpoint_dir(cfg.profile, cfg.objective)} "
               f"(profile {cfg.profile!r}: pass --profile to change it)", flush=True)
     try: print(train(cfg, resume=not a.no_resume))
+    except (ValueError, FileNotFoundError, OSError, LockedError) as e:
+        print(f'error: {e}', file=sys.stderr); sys.exit(2)
     finally:
         if dist.is_initialized(): dist.destroy_process_group()
 

@@ -1,0 +1,453 @@
+"""Replays the reliability probe (shared/audits/RELIABILITY.md, issue #10) on tiny data, so its cases stay fixed.
+
+Each test names the probe's case numbers. Every SILENT and LOST case is here (it must now be refused, detected,
+rebuilt or finished), and so is every DEEP case that now gives a clear error. Tiny random-init encoders on the MiniLM
+tokenizer and a handful of documents keep the file fast; nothing needs `data/processed` or a GPU.
+"""
+import json, os, shutil, signal, subprocess, sys, time, warnings
+from pathlib import Path
+import numpy as np
+import pytest
+import torch
+from npm_nb.storage import hold_lock, LockedError
+from npm_nb.models import load_tokenizer, tiny_encoder, load_encoder, write_model_checksums, CHECKSUMS
+from npm_nb.blocks import build_blocks
+from npm_nb.datastore import Datastore
+from npm_nb.index import build_index, load_index
+from npm_nb.inference import NPM, BM25Retriever
+from npm_nb.reference import reference_bm25
+from npm_nb.training import TrainConfig, train, list_checkpoints
+from npm_nb.batch import main as batch_main, make_demo_notebook
+
+torch.set_num_threads(2)
+PY = sys.executable
+ENV = {**os.environ, 'PYTHONPATH': str(Path(__file__).resolve().parent.parent)}
+
+DOCS = {'text': ['Thessaloniki is the second largest city in Greece.', 'Athens is the capital of Greece.',
+                 'Seoul is the capital of South Korea.', 'The Han River flows through Seoul.'],
+        'id': ['d0', 'd1', 'd2', 'd3']}
+MORE = {'text': ['The Tiber flows through Rome.'], 'id': ['d4']}
+Q = 'Thessaloniki is a city in [MASK].'
+VERB = {'greece': ['Greece', 'Athens'], 'korea': ['Korea', 'Seoul']}
+
+def raises(fn, *parts, exc=Exception):
+    "Call `fn`; it must raise `exc` whose message holds every part (the clear error of the fixed case)."
+    with pytest.raises(exc) as e: fn()
+    msg = str(e.value)
+    for p in parts: assert p in msg, f'{p!r} not in {msg!r}'
+    return msg
+
+def scribble(f, n=4096, byte=None, where=0.5):
+    "Overwrite `n` bytes in the middle of `f` (random bytes by default), keeping its size."
+    f = Path(f)
+    with open(f, 'r+b') as h: h.seek(int(f.stat().st_size * where)); h.write(os.urandom(n) if byte is None else byte * n)
+
+def cut(f, keep=0.5):
+    f = Path(f); f.write_bytes(f.read_bytes()[:int(f.stat().st_size * keep)])
+
+# ---------------------------------------------------------------- fixtures: a tokenizer, two encoders, two stores
+@pytest.fixture(scope='module')
+def tok(): return load_tokenizer('minilm')
+
+@pytest.fixture(scope='module')
+def models(tok): return NPM(tiny_encoder(tok, seed=0), tok), NPM(tiny_encoder(tok, seed=1), tok)
+
+@pytest.fixture(scope='module')
+def root(tmp_path_factory): return tmp_path_factory.mktemp('rel')
+
+@pytest.fixture(scope='module')
+def store(models, root):
+    "Store A of the init model (seed 0)."
+    return models[0].build_datastore(DOCS, root/'A', max_len=32, progress=False)
+
+@pytest.fixture
+def copy(store, tmp_path):
+    "A fresh copy of store A (for cases that damage it)."
+    return lambda name='copy': Path(shutil.copytree(store.path, tmp_path/name))
+
+# ---------------------------------------------------------------- 1. bad inputs to the API
+def test_1_6_to_1_8_query_types(models, store):
+    m = models[0]
+    raises(lambda: m.predict('Greece is \udcff [MASK].', store), 'not valid text', 'lone surrogate')  # 1.6
+    raises(lambda: m.predict(b'Greece is [MASK].', store), 'decode it first', exc=TypeError)  # 1.7
+    raises(lambda: m.predict(None, store), 'got NoneType', exc=TypeError)  # 1.8
+    raises(lambda: m.predict('no mask', store), 'exactly one [MASK], found 0')  # 1.1 (was clear already)
+
+def test_1_12_1_13_batches(models, store):
+    m = models[0]
+    assert m.predict_batch([], store) == []  # 1.12
+    raises(lambda: m.predict_batch(Q, store), 'list of queries', 'predict(text, ds)', exc=TypeError)  # 1.13
+    assert m.closed_set_probs([], store, VERB).shape == (0, 2)
+
+@pytest.mark.parametrize('kw, part', [(dict(topn=-1), 'topn=-1'), (dict(k=-5), 'k=-5'), (dict(k=0), 'k=0'),
+                                      (dict(l_max=0), 'l_max=0'), (dict(l_max=-3), 'l_max=-3'),
+                                      (dict(temperature=-1), 'temperature=-1'), (dict(temperature=0), 'temperature=0'),
+                                      (dict(temperature=float('nan')), 'temperature=nan'),
+                                      (dict(alpha=float('nan')), 'alpha=nan')])
+def test_1_15_to_1_26_numbers(models, store, kw, part):  # 1.15, 1.18, 1.19, 1.21, 1.22, 1.26
+    raises(lambda: models[0].predict(Q, store, **kw), part)
+
+def test_1_23_1_25_closed_set(models, store):
+    m = models[0]
+    for T in (-5, 0, float('nan')): raises(lambda: m.closed_set_probs(Q, store, VERB, temperature=T), 'temperature=')  # 1.23
+    raises(lambda: m.closed_set_probs(Q, store, {'greece': 'Greece', 'korea': 'Korea'}), "e.g. ['Greece']", exc=TypeError)  # 1.25
+    p = m.closed_set_probs(Q, store, VERB)
+    assert p.shape == (2,) and 0 <= p.sum() <= 1 + 1e-9
+    single = NPM(m.encoder, m.tok, mode='single')
+    raises(lambda: single.predict_single(Q, store, topn=-1), 'topn=-1')
+
+def test_1_29_not_a_checkpoint(tmp_path, store):
+    (tmp_path/'notes.txt').write_text('hello')
+    raises(lambda: load_encoder(str(tmp_path)), str(tmp_path), 'config.json + model.safetensors')
+    raises(lambda: load_encoder(str(store.path)), 'model folder')  # a datastore folder
+
+def test_1_34_1_35_documents(models, tmp_path):
+    m = models[0]
+    raises(lambda: m.build_datastore({'text': ['a b', 'c d'], 'id': ['1']}, tmp_path/'x', progress=False),
+           "column 'id' has 1 values")
+    raises(lambda: m.build_datastore({'text': [1, 2]}, tmp_path/'y', progress=False), "row 0 is int")
+
+# ---------------------------------------------------------------- 2. mismatches
+def test_2_3_store_of_another_encoder(models, store):
+    trained, ds = models[1], Datastore.load(store.path)  # opened without a model: the old hole
+    raises(lambda: trained.predict(Q, ds), 'encoder mismatch')
+    raises(lambda: trained.predict_batch([Q], ds), 'encoder mismatch')
+    raises(lambda: trained.closed_set_probs(Q, ds, VERB), 'encoder mismatch')
+    raises(lambda: NPM(trained.encoder, trained.tok, mode='single').predict_single(Q, ds), 'encoder mismatch')
+    # the fingerprint is cached: a check costs microseconds, not a pass over the weights
+    t = time.perf_counter()
+    for _ in range(100): models[0].predict_batch([], store)
+    assert time.perf_counter() - t < 1.0
+
+def test_2_7_2_8_2_11_index_of_another_store(models, store, copy, tmp_path):
+    m = models[0]
+    ix = build_index(store, 'flat', progress=False); ix.save(tmp_path/'ixA')
+    other = m.build_datastore({'text': DOCS['text'][:3]}, tmp_path/'B', max_len=32, progress=False)
+    raises(lambda: m.predict(Q, other, index=load_index(tmp_path/'ixA')), 'rebuild the index')  # 2.7 (N differs)
+    same_n = models[1].build_datastore(DOCS, tmp_path/'A1', max_len=32, progress=False)  # same N, other encoder
+    raises(lambda: models[1].predict(Q, same_n, index=load_index(tmp_path/'ixA')), 'encoder', 'rebuild the index')  # 2.8
+    grown = Datastore.load(copy('grown'), m.encoder, m.tok).add(MORE, progress=False)
+    raises(lambda: m.predict(Q, grown, index=load_index(tmp_path/'ixA')), 'rebuild the index')  # 2.11
+    assert m.predict(Q, store, index=load_index(tmp_path/'ixA'), k=8)  # the right store still works
+
+def test_2_9_2_10_bm25_of_another_store(models, store, copy):
+    m = models[0]
+    other = m.build_datastore({'text': DOCS['text'][:3]}, copy('unused').parent/'B', max_len=32, progress=False)
+    raises(lambda: m.predict(Q, other, bm25=BM25Retriever(store)), 'BM25 index was built on another datastore')  # 2.9
+    p = copy('bm25'); ds = Datastore.load(p, m.encoder, m.tok)
+    first = reference_bm25(ds)
+    ds.add(MORE, progress=False)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always'); fresh = reference_bm25(ds)  # 2.10: the stale cache is rebuilt
+    assert any('rebuilding' in str(x.message) for x in w) and fresh.store == ds.fingerprint != first.store
+    assert [x.text for x in m.predict('The Tiber flows through [MASK].', ds, bm25=fresh, topn=50)]
+    assert len(fresh.retrieve('Tiber Rome', 1)) == 1
+
+def test_2_5_tokenizer_mismatch(models, store, tok):
+    t2 = load_tokenizer('minilm'); t2.add_tokens(['zzqx'])
+    raises(lambda: Datastore.load(store.path, tok=t2), 'tokenizer mismatch')
+
+# ---------------------------------------------------------------- 3. corruption
+@pytest.mark.parametrize('how', ['random', 'nan', 'zeros'])
+def test_3_2_3_3_vectors_bit_rot(copy, how):
+    p = copy(how); f = p/'vectors.f16'
+    if how == 'zeros': f.write_bytes(b'\0' * f.stat().st_size)
+    else: scribble(f, 256, None if how == 'random' else b'\xff')
+    raises(lambda: Datastore.load(p), 'changed since they were written', 'build it again')
+    assert len(Datastore.load(p, verify=False))  # skipping the check is possible, on request
+
+def test_3_5_to_3_12_store_files(copy):
+    def edit(p, f): m = json.loads((p/'manifest.json').read_text()); f(m); (p/'manifest.json').write_text(json.dumps(m))
+    p = copy('v1'); cut(p/'vectors.f16', 0.5); raises(lambda: Datastore.load(p), 'truncated or missing')  # 3.1
+    p = copy('v2'); (p/'vectors.f16').unlink(); raises(lambda: Datastore.load(p, verify=False), 'truncated or missing')
+    p = copy('m1'); cut(p/'manifest.json', 0.3); raises(lambda: Datastore.load(p), 'manifest.json is damaged')  # 3.5
+    p = copy('m2'); (p/'manifest.json').write_text(''); raises(lambda: Datastore.load(p), 'manifest.json is damaged')
+    p = copy('m3'); edit(p, lambda m: m.pop('hidden')); raises(lambda: Datastore.load(p), "lacks ['hidden']")  # 3.7
+    p = copy('m4'); edit(p, lambda m: m['shape'].__setitem__(0, m['shape'][0] - 10))
+    raises(lambda: Datastore.load(p, verify=False), 'is inconsistent')  # 3.8
+    p = copy('m5'); edit(p, lambda m: m.__setitem__('generation', 7)); raises(lambda: Datastore.load(p), 'meta-7 lacks')  # 3.9
+    p = copy('m6'); (p/'meta-1'/'rows.npz').unlink(); raises(lambda: Datastore.load(p), 'lacks rows.npz')
+    p = copy('m7'); shutil.rmtree(p/'meta-1'); raises(lambda: Datastore.load(p), 'meta-1 lacks')
+    p = copy('m8'); cut(p/'meta-1'/'rows.npz'); raises(lambda: Datastore.load(p), 'rows.npz (content changed)')  # 3.10
+    raises(lambda: Datastore.load(p, verify=False), 'cannot read meta-1')
+    for sub in ('blocks', 'docs'):  # 3.11
+        p = copy(f'm9{sub}'); shutil.rmtree(p/'meta-1'/sub); raises(lambda: Datastore.load(p), f'lacks {sub}')
+    arrow = lambda p, sub: next((p/'meta-1'/sub).glob('*.arrow'))
+    p = copy('m10'); scribble(arrow(p, 'docs'), 64); raises(lambda: Datastore.load(p), 'content changed')  # 3.12
+    p = copy('m11'); cut(arrow(p, 'docs')); raises(lambda: Datastore.load(p), 'content changed')
+    p = copy('m12'); scribble(arrow(p, 'blocks'), 64); raises(lambda: Datastore.load(p), 'content changed')  # 3.13
+
+def test_3_14_3_15_bm25_cache(models, copy):
+    m = models[0]
+    for k, damage in enumerate([lambda b: cut(b/'vocab.index.json', 0.5), lambda b: (b/'params.index.json').write_text(''),
+                                lambda b: cut(next(b.glob('*.npy')), 0.5), lambda b: (b/'n_blocks.txt').unlink(),
+                                lambda b: scribble(next(b.glob('*.npy')), 8), lambda b: (b/'n_blocks.txt').write_text('1')]):
+        p = copy(f'b{k}'); ds = Datastore.load(p, m.encoder, m.tok); good = reference_bm25(ds)
+        damage(p/'bm25')
+        raises(lambda: BM25Retriever.load(p/'bm25'), 'BM25 index')  # a clear error naming the folder
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always'); again = reference_bm25(ds)  # the cache is rebuilt
+        assert any('damaged' in str(x.message) for x in w)
+        assert again.retrieve('capital Greece', 3).tolist() == good.retrieve('capital Greece', 3).tolist()
+
+def test_3_17_faiss_files(store, tmp_path):
+    build_index(store, 'hnsw', progress=False).save(tmp_path/'ix')
+    for k, damage in enumerate([lambda d: cut(d/'index.faiss', 0.4), lambda d: (d/'index.faiss').unlink(),
+                                lambda d: (d/'index.json').write_text(''), lambda d: scribble(d/'index.faiss', 16)]):
+        d = Path(shutil.copytree(tmp_path/'ix', tmp_path/f'ix{k}')); damage(d)
+        raises(lambda: load_index(d), 'index', 'build the index again')
+
+# ---------------------------------------------------------------- checkpoints (3.18-3.25, 4.8, 6.4)
+TOY = ["Thessaloniki is the second largest city in Greece. The port of Thessaloniki is on the Thermaic Gulf.",
+       "Athens is the capital of Greece. The port of Piraeus serves Athens and the islands of the Aegean Sea.",
+       "Patras is the third largest city in Greece. The port of Patras links Greece to Italy across the Ionian Sea.",
+       "Heraklion is the largest city on Crete. The port of Heraklion is the main gate to the island of Crete.",
+       "Larissa is the capital of Thessaly. The river Pineios flows through the city of Larissa in central Greece.",
+       "Volos is a port city in Thessaly. The port of Volos is on the Pagasetic Gulf of the Aegean Sea."]
+
+def cfg(d, **kw):
+    return TrainConfig(**{**dict(objective='npm', model='tiny', corpora=('toy',), batch_size=2, steps=4, warmup=1, lr=1e-3,
+                                 heldout=0.0, log_every=1, save_every=1, keep_last=3, out_dir=str(d)), **kw})
+
+@pytest.fixture(scope='module')
+def run(tok, root):
+    "A clean 4-step run (checkpoints 2, 3, 4) and the blocks it trained on."
+    blocks = build_blocks({'text': TOY}, tok, max_len=32, source='toy', progress=False)
+    fin = train(cfg(root/'run'), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False)
+    return fin, blocks
+
+def resume_after(damage, run, tok, tmp_path):
+    "Copy the run, drop its final checkpoint, damage the newest remaining one, resume; the warnings and final weights."
+    fin, blocks = run
+    d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True))
+    shutil.rmtree(d/'checkpoint-4'); (d/'final').unlink()
+    damage(d/'checkpoint-3')
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        out = train(cfg(d), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False)
+    return [str(x.message) for x in w], out
+
+def same_weights(a, b):
+    from safetensors.torch import load_file
+    x, y = load_file(Path(a)/'model.safetensors'), load_file(Path(b)/'model.safetensors')
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+@pytest.mark.parametrize('case, damage', [
+    ('3.24 weights scribbled', lambda c: scribble(c/'model.safetensors', 4096)),
+    ('3.23 trainer state cut', lambda c: cut(c/'trainer_state.pt', 0.5)),
+    ('3.25 weights cut', lambda c: cut(c/'model.safetensors', 0.5)),
+    ('3.25 config deleted', lambda c: (c/'train_config.json').unlink())])
+def test_3_23_to_3_25_resume_falls_back(run, tok, tmp_path, case, damage):
+    msgs, out = resume_after(damage, run, tok, tmp_path)
+    assert any('checkpoint-3' in m and 'resuming from checkpoint-2 instead' in m for m in msgs), msgs
+    assert same_weights(out, run[0]), 'resumed from the intact checkpoint: the weights of the clean run'
+
+def test_3_24_no_intact_checkpoint_refuses(run, tok, tmp_path):
+    fin, blocks = run
+    d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True)); (d/'final').unlink()
+    for c in list_checkpoints(d): scribble(c/'model.safetensors', 4096)
+    for _ in range(2):  # refused each time (nothing is set aside), until told to start over
+        raises(lambda: train(cfg(d), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False),
+               'no intact checkpoint', '--no-resume')
+    assert same_weights(train(cfg(d), resume=False, model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False), fin)
+
+def test_3_23_old_checkpoints_without_checksums_still_fall_back(run, tok, tmp_path):
+    def damage(c): (c/CHECKSUMS).unlink(); cut(c/'trainer_state.pt', 0.5)
+    msgs, out = resume_after(damage, run, tok, tmp_path)
+    assert any('resuming from checkpoint-2' in m for m in msgs) and same_weights(out, run[0])
+
+def test_3_18_to_3_22_loading_a_damaged_checkpoint(run, tmp_path):
+    fin = run[0]
+    def bad(name, damage, *parts):
+        d = Path(shutil.copytree(fin, tmp_path/name)); damage(d)
+        raises(lambda: NPM.from_pretrained(str(d), device='cpu'), *parts)
+    bad('cut', lambda d: cut(d/'model.safetensors', 0.5), 'model.safetensors (content changed)')  # 3.18
+    bad('hdr', lambda d: scribble(d/'model.safetensors', 8, where=0.0), 'model.safetensors (content changed)')
+    bad('rot', lambda d: scribble(d/'model.safetensors', 4096), 'model.safetensors (content changed)')  # 3.19
+    bad('notok', lambda d: (d/'tokenizer.json').unlink(), 'tokenizer.json (missing)')  # 3.21
+    bad('cuttok', lambda d: cut(d/'tokenizer.json', 0.5), 'tokenizer.json (content changed)')  # 3.22
+    # without checksums.json (a folder copied by hand): still refused, by the vocabulary size and the parser
+    bad('notok2', lambda d: ((d/CHECKSUMS).unlink(), (d/'tokenizer.json').unlink()), 'only 5 tokens', 'tokenizer.json')
+    bad('cuttok2', lambda d: ((d/CHECKSUMS).unlink(), cut(d/'tokenizer.json', 0.5)), 'tokenizer files', 'damaged')
+    bad('cut2', lambda d: ((d/CHECKSUMS).unlink(), cut(d/'model.safetensors', 0.5)), str(tmp_path/'cut2'))
+    def nan_weights(d):
+        from safetensors.torch import load_file, save_file
+        w = load_file(d/'model.safetensors'); k = next(iter(w)); w[k].view(-1)[0] = float('nan'); save_file(w, d/'model.safetensors')
+        (d/CHECKSUMS).unlink()
+    bad('nan', nan_weights, 'NaN')
+
+def test_4_8_and_6_4_checkpoint_folder(run, tok, tmp_path):
+    fin, blocks = run
+    d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True))
+    (d/'.tmp-checkpoint-5-4194000').mkdir(); (d/'.old-checkpoint-2-4194001').mkdir()  # left by dead writers (4.8)
+    list_checkpoints(d)
+    assert not list(d.glob('.tmp-*')) and not list(d.glob('.old-*'))
+    holder = subprocess.Popen([PY, '-c', f"from npm_nb.storage import hold_lock\nimport time\n"
+                               f"with hold_lock({str(d)!r}, 'checkpoint folder'): print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert holder.stdout.readline().strip() == 'held'
+        raises(lambda: train(cfg(d, steps=6), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False),
+               'being written by pid', exc=LockedError)  # 6.4: a second trainer fails at once
+    finally: holder.kill(); holder.wait()
+    lines = [json.loads(l)['step'] for l in (d/'metrics.jsonl').read_text().splitlines()]
+    assert lines == [1, 2, 3, 4], 'nothing logged twice'
+
+def test_2_12_message_names_the_cli_flag(run, tok):
+    fin, blocks = run
+    raises(lambda: train(cfg(fin.parent, lr=5e-4), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False),
+           "'lr'", '--no-resume')
+
+# ---------------------------------------------------------------- 4. interruption of datastore commits
+def test_4_2_unfinished_build_refuses_to_open(models, tmp_path):
+    class Stop(torch.nn.Module):
+        def __init__(s, m): super().__init__(); s.m, s.calls, s.config = m, 0, m.config
+        def forward(s, **kw):
+            if s.calls >= 1: raise KeyboardInterrupt
+            s.calls += 1; return s.m(**kw)
+        def state_dict(s, *a, **k): return s.m.state_dict(*a, **k)
+    m = models[0]
+    with pytest.raises(KeyboardInterrupt):
+        Datastore.build(DOCS, Stop(m.encoder), m.tok, tmp_path/'u', max_len=16, batch_size=1, progress=False)
+    raises(lambda: Datastore.load(tmp_path/'u'), 'unfinished build (1 of', 'continue it')
+    ds = Datastore.build(DOCS, m.encoder, m.tok, tmp_path/'u', max_len=16, batch_size=1, progress=False)
+    assert ds.manifest['n_docs'] == 4
+
+class Killed(BaseException):
+    "Stands for a kill -9 at that instant: nothing after it runs (it is no Exception, so nothing catches it)."
+
+def test_4_3_4_5_crash_inside_the_commit_is_finished(models, store, tmp_path, monkeypatch):
+    import npm_nb.datastore as d
+    m, p, write = models[0], tmp_path/'c', d.atomic_write_json
+    def crash_at(generation):
+        def boom(path, obj, *a, **k):  # the probe's injection point: just before the manifest names the new part
+            if Path(path).name == 'manifest.json' and obj.get('generation') == generation: raise Killed()
+            return write(path, obj, *a, **k)
+        monkeypatch.setattr(d, 'atomic_write_json', boom)
+    crash_at(1)
+    with pytest.raises(Killed): m.build_datastore(DOCS, p, max_len=32, progress=False)
+    assert (p/'pending'/'commit.json').exists() and not (p/'pending'/'vectors.tmp').exists()  # the stuck window of D4
+    monkeypatch.setattr(d, 'atomic_write_json', write)
+    ds = m.build_datastore(DOCS, p, max_len=32, progress=False)  # 4.3: used to fail forever on vectors.tmp
+    assert np.array_equal(np.asarray(ds.vectors), np.asarray(store.vectors)) and not (p/'pending').exists()
+    crash_at(2)
+    with pytest.raises(Killed): ds.add(MORE, progress=False)
+    monkeypatch.setattr(d, 'atomic_write_json', write)
+    back = Datastore.load(p)  # 4.5: the next load finishes the add
+    assert back.doc_ids == DOCS['id'] + MORE['id'] and not (p/'pending').exists()
+    assert len(back) == len(Datastore.load(p, m.encoder, m.tok).add(MORE, progress=False))  # and it is not added twice
+
+def test_4_6_add_twice_adds_once(models, copy):
+    m = models[0]
+    ds = Datastore.load(copy('twice'), m.encoder, m.tok)
+    ds.add(MORE, progress=False); n = len(ds)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always'); ds.add(MORE, progress=False)
+    assert len(ds) == n and ds.manifest['n_docs'] == 5 and 'nothing to do' in str(w[-1].message)
+    no_ids = {'text': ['Kavala is a port city.']}
+    ds.add(no_ids, progress=False); ds.add(no_ids, progress=False)  # without ids: the same documents again
+    assert ds.manifest['n_docs'] == 6
+    raises(lambda: ds.add({'text': ['Another text.'], 'id': ['d1']}, progress=False), "ids ['d1'] are already in")
+
+# ---------------------------------------------------------------- 5. batch runner and CLIs
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    monkeypatch.setenv('NPM_NB_RESULTS', str(tmp_path/'results')); monkeypatch.setenv('NPM_NB_DATA', str(tmp_path/'data'))
+    ex, pa = tmp_path/'ex', tmp_path/'params'; pa.mkdir()
+    make_demo_notebook(ex/'01_a.ipynb', "profile: str = 'smoke'  # profile\nsteps: int = 5  # steps [>= 1]\n"
+                       "tasks: str = 'mr'  # tasks [one of: npm_nb.tasks.TASKS]\n", 'import time\ntime.sleep(60)')
+    (pa/'base.yaml').write_text('notebooks:\n  01_a: {}\n'); (pa/'tiny.yaml').write_text('params: {}\n')
+    return dict(ex=ex, pa=pa, res=tmp_path/'results', data=tmp_path/'data',
+                cli=['--params-dir', str(pa), '--experiments-dir', str(ex)])
+
+def test_5_5_to_5_7_profiles(ws, capsys):
+    assert batch_main(['tiny', '--dry-run', '-p', '01_a.steps', '-3'] + ws['cli']) == 2  # 5.5
+    assert 'it must be >= 1' in capsys.readouterr().err
+    assert batch_main(['tiny', '--dry-run', '-p', '01_a.tasks', 'mr,nosuchtask'] + ws['cli']) == 2
+    assert "'nosuchtask' is not one of the allowed values" in capsys.readouterr().err
+    (ws['pa']/'bad.yaml').write_text('notebooks:\n  01_a: {params: {steps: 2}\n')
+    assert batch_main(['bad', '--dry-run'] + ws['cli']) == 2 and 'is not valid YAML (line' in capsys.readouterr().err  # 5.6
+    (ws['pa']/'lst.yaml').write_text('notebooks:\n  - 01_a\n')
+    assert batch_main(['lst', '--dry-run'] + ws['cli']) == 2 and '`notebooks:` must be a mapping' in capsys.readouterr().err  # 5.7
+
+def test_5_5_real_profiles_declare_rules(capsys):
+    "The real notebooks declare allowed values for the parameters the probe broke."
+    assert batch_main(['smoke', '--dry-run', '-p', '01_train.steps', '-3']) == 2
+    assert 'it must be >= 1' in capsys.readouterr().err
+    assert batch_main(['smoke', '--dry-run', '-p', '04_closed_set.tasks', 'mr,nosuchtask']) == 2
+    assert 'nosuchtask' in capsys.readouterr().err
+    assert batch_main(['smoke', '--dry-run', '-p', 'device', 'cuda:99']) == 2
+    assert "parameter 'device' = 'cuda:99' is not allowed" in capsys.readouterr().err
+    assert batch_main(['smoke', '--dry-run', '-p', '01_train.lr', '.nan']) == 2
+
+def test_5_11_status_cut_short(ws, capsys):
+    run = ws['res']/'runs'/'tiny'/'20260101-000000'; run.mkdir(parents=True); (run/'status.json').write_text('{"steps": {')
+    assert batch_main(['tiny'] + ws['cli']) != 0
+    assert 'status.json is damaged' in (err := capsys.readouterr().err) and '--new' in err
+
+def test_5_9_partial_tables_are_marked(ws):
+    "A step that fails after writing a table: the results page says the table is partial (D12)."
+    from npm_nb.batch import run_batch
+    make_demo_notebook(ws['ex']/'02_half.ipynb', "profile: str = 'smoke'  # profile\n",
+                       "import pandas as pd\nfrom npm_nb.batch import write_table\n"
+                       "write_table('02_half', pd.DataFrame({'acc': [1.0]}), title='Half done', profile=profile)\n"
+                       "# ---\nraise RuntimeError('died after its first table')")
+    (ws['pa']/'half.yaml').write_text('notebooks:\n  01_a: {enabled: false}\n  02_half: {}\n')
+    st = run_batch('half', params_folder=ws['pa'], experiments_folder=ws['ex'], echo=lambda *a: None)
+    assert st['steps']['02_half']['state'] == 'failed'
+    assert 'partial: written by step 02_half before it failed' in (ws['res']/'README.md').read_text()
+
+def test_5_13_help(capsys):
+    from npm_nb import fetch, corpora, tasks, training
+    for mod in (fetch, corpora, tasks, training):
+        with pytest.raises(SystemExit) as e: mod.main(['--help'])
+        assert e.value.code == 0 and 'usage: ' in capsys.readouterr().out
+
+def test_5_14_training_cli_errors_on_one_line(capsys):
+    from npm_nb.training import main as train_main
+    with pytest.raises(SystemExit) as e: train_main(['--objective', 'foo'])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith("error: objective='foo'") and len(err.splitlines()) == 1
+
+def test_6_2_second_runner_on_the_same_data(ws, capsys):
+    "Two runners of one profile with different results folders share its checkpoints and datastores: refused."
+    lock = ws['data']/'cache'/'batch-locks'/'tiny'
+    holder = subprocess.Popen([PY, '-c', f"from npm_nb.storage import hold_lock\nimport time\n"
+                               f"with hold_lock({str(lock)!r}, 'x'): print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert holder.stdout.readline().strip() == 'held'
+        assert batch_main(['tiny'] + ws['cli']) == 2
+        assert 'its checkpoints and datastores' in capsys.readouterr().err
+    finally: holder.kill(); holder.wait()
+
+def test_4_10_sigterm_stops_cleanly(ws):
+    "SIGTERM to the runner mid-step: rc 130, a resumable run, and no ZMQ traceback on the terminal."
+    env = {**ENV, 'NPM_NB_RESULTS': str(ws['res']), 'NPM_NB_DATA': str(ws['data'])}
+    p = subprocess.Popen([PY, '-u', '-m', 'npm_nb.batch', 'tiny'] + ws['cli'], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stdout.readline().startswith('New run') and p.stdout.readline().startswith('[run ] 01_a')
+        time.sleep(2)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None: p.kill()
+    assert p.returncode == 130 and 'interrupted: run the same command again to resume' in err
+    assert 'Traceback' not in err and 'ZMQError' not in err, err  # the kernel's noise goes to the run's logs/
+    assert '[STOP] 01_a' in out
+    run = next(d for d in (ws['res']/'runs'/'tiny').iterdir() if d.is_dir())
+    assert json.loads((run/'status.json').read_text())['steps']['01_a']['state'] == 'interrupted'
+
+# ---------------------------------------------------------------- 6. concurrency of datastore writers
+def test_6_3_two_builds_of_one_store(models, tmp_path):
+    m, p = models[0], tmp_path/'conc'
+    holder = subprocess.Popen([PY, '-c', f"from npm_nb.storage import hold_lock\nimport time\n"
+                               f"with hold_lock({str(p)!r}, 'datastore'): print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert holder.stdout.readline().strip() == 'held'
+        raises(lambda: m.build_datastore(DOCS, p, max_len=32, progress=False), 'datastore', 'being written by pid',
+               exc=LockedError)
+    finally: holder.kill(); holder.wait()
+    assert len(m.build_datastore(DOCS, p, max_len=32, progress=False))
