@@ -29,7 +29,7 @@ def available_memory(device='cpu', # 'cpu', 'cuda', 'cuda:1' or a torch.device
         with open('/proc/meminfo') as f: return next(int(l.split()[1]) * 1024 for l in f if l.startswith('MemAvailable:'))
     except (OSError, StopIteration): return None
 
-# %% ../nbs/09a_search.ipynb #204cbdb1
+# %% ../nbs/09a_search.ipynb #f6098257
 def order_topk(s, # scores [Q, M]
                r, # their rows [Q, M] (-1: none)
                k: int):
@@ -39,6 +39,10 @@ def order_topk(s, # scores [Q, M]
     o = torch.argsort(s, dim=1, descending=True, stable=True)[:, :k]
     return s.gather(1, o), r.gather(1, o)
 
+def _count(keep):
+    "True entries per row of a bool matrix, int64 (summing bools directly costs 20x more on the CPU)."
+    return keep.view(torch.uint8).sum(1, dtype=torch.int32).long()
+
 def merge_topk(S, R, # the running best [Q, k'] (scores, rows)
                s, r, # new candidates [Q, m]
                k: int):
@@ -47,7 +51,7 @@ def merge_topk(S, R, # the running best [Q, k'] (scores, rows)
     if s.shape[1] <= k: return s, r
     v, i = torch.topk(s, k, dim=1, sorted=False)
     out_s, out_r = v, r.gather(1, i)
-    tie = (s >= v.min(1, keepdim=True).values).sum(1) > k   # more candidates than places at the k-th score
+    tie = _count(s >= v.min(1, keepdim=True).values) > k   # more candidates than places at the k-th score
     if bool(tie.any()):
         t = tie.nonzero()[:, 0]
         ts, tr = order_topk(s[t], r[t], k)
@@ -58,14 +62,14 @@ def _compact(s, # a chunk's scores [Q, C]
              keep, # which to keep [Q, C] (bool)
              offset: int, # the chunk's first row
             ):
-    "The kept entries of each query left-aligned in `[Q, m]`, in row order (padding: score -inf, row -1)."
-    cnt = keep.sum(1); m = int(cnt.max())
+    "The kept entries of each query left-aligned in `[Q, m]`, in row order (padding: score -inf, row -1); and `m`."
+    qi, ci = keep.nonzero(as_tuple=True)                        # row-major: queries in order, columns ascending
+    cnt = torch.bincount(qi, minlength=s.shape[0]); m = int(cnt.max()) if len(qi) else 0
     cs = torch.full((s.shape[0], m), -math.inf, dtype=s.dtype, device=s.device)
     cr = torch.full((s.shape[0], m), -1, dtype=torch.int64, device=s.device)
-    qi, ci = keep.nonzero(as_tuple=True)                        # row-major: queries in order, columns ascending
     pos = torch.arange(len(qi), device=s.device) - (cnt.cumsum(0) - cnt)[qi]
     cs[qi, pos] = s[qi, ci]; cr[qi, pos] = ci + offset
-    return cs, cr
+    return cs, cr, m
 
 # %% ../nbs/09a_search.ipynb #b2c2c84f
 class ExactSearch:
@@ -110,7 +114,7 @@ class ExactSearch:
         for a in range(0, self.n, 1 << 18): X[a:a + (1 << 18)].copy_(_tensor(self.vectors[a:a + (1 << 18)]))
         return X
 
-# %% ../nbs/09a_search.ipynb #f3bfe2ea
+# %% ../nbs/09a_search.ipynb #5b396261
 def _tensor(x):
     "A torch view of a numpy array or memmap (a read-only memmap is fine: nothing writes to it)."
     if isinstance(x, torch.Tensor): return x
@@ -122,14 +126,18 @@ def _rows_per_chunk(self, nq: int) -> int:
     if self.chunk: return int(self.chunk)
     return 8192 if self.device.type == 'cpu' else max(1 << 15, (1 << 26) // max(nq, 1))
 
-def _chunks(self, C: int):
-    "Yield `(first row, rows [C, h])` on the device."
-    if self.X is not None:
-        for a in range(0, self.n, C): yield a, self.X[a:a + C]
-        return
-    buf = torch.empty((C, self.d), dtype=self.dtype) if self.device.type == 'cpu' else None
-    for a in range(0, self.n, C):
-        x = _tensor(self.vectors[a:a + C])
+def _spans(n: int, C: int, first: int):
+    "Chunk boundaries: `first` rows, then doubling up to `C` rows a chunk."
+    a, size = 0, max(1, min(first, C))
+    while a < n:
+        yield a, min(n, a + size); a += size; size = min(C, 2 * size)
+
+def _chunks(self, C: int, first: int):
+    "Yield `(first row, rows [<= C, h])` on the device; the first chunks are smaller (see `_search_batch`)."
+    buf = torch.empty((C, self.d), dtype=self.dtype) if self.X is None and self.device.type == 'cpu' else None
+    for a, b in _spans(self.n, C, first):
+        if self.X is not None: yield a, self.X[a:b]; continue
+        x = _tensor(self.vectors[a:b])
         if buf is not None: yield a, buf[:len(x)].copy_(x)       # fp16 -> fp32 into the reused buffer
         else: yield a, x.pin_memory().to(self.device, non_blocking=True)
 
@@ -142,7 +150,7 @@ def _scores(self, q, X):
 
 ExactSearch._rows_per_chunk, ExactSearch._chunks, ExactSearch._scores = _rows_per_chunk, _chunks, _scores
 
-# %% ../nbs/09a_search.ipynb #dca385a0
+# %% ../nbs/09a_search.ipynb #7b096c4d
 def _gather(self, rows):
     "The stored vectors of `rows` (any shape, all >= 0) in fp32 on the device, `[*rows.shape, h]`."
     if self.X is not None: return self.X[rows].float()
@@ -170,22 +178,29 @@ def _scores_of(self, q, # queries `[Q, h]` (float32)
 
 ExactSearch._gather, ExactSearch._exact, ExactSearch.scores = _gather, _exact, _scores_of
 
-# %% ../nbs/09a_search.ipynb #6fd361da
+# %% ../nbs/09a_search.ipynb #ae82cd22
 def _search_batch(self, q, k: int):
     "The best `k` rows (unordered) for one batch of queries, over all chunks of the store."
     nq = len(q)
     run_s = torch.empty((nq, 0), dtype=torch.float32, device=self.device)
     run_r = torch.empty((nq, 0), dtype=torch.int64, device=self.device)
     thr = torch.full((nq, 1), -math.inf, device=self.device)     # each query's k-th best score so far
-    for a, X in self._chunks(self._rows_per_chunk(nq)):
+    pend, n_pend = [], 0                                           # candidates not merged yet
+    for a, X in self._chunks(self._rows_per_chunk(nq), first=4 * k):
         s = self._scores(q, X)
         keep = s > thr                                             # strict: on a tie the earlier row stays
-        n_keep = int(keep.sum(1).max())
-        if n_keep == 0: continue
-        if n_keep > 2 * k and s.shape[1] > k:                      # e.g. the first chunk: its own top-k first
-            keep &= s >= torch.topk(s, k, dim=1, sorted=False).values.min(1, keepdim=True).values
-        run_s, run_r = merge_topk(run_s, run_r, *_compact(s, keep, a), k)
-        if run_s.shape[1] >= k: thr = run_s.min(1, keepdim=True).values
+        cs, cr, m = _compact(s, keep, a)
+        if m == 0: continue
+        if m > 4 * k and s.shape[1] > k:                           # queries with many: their chunk's own top-k first
+            h = (_count(keep) > 4 * k).nonzero()[:, 0]
+            keep[h] &= s[h] >= torch.topk(s[h], k, dim=1, sorted=False).values.min(1, keepdim=True).values
+            cs, cr, m = _compact(s, keep, a)
+        pend.append((cs, cr)); n_pend += m
+        if n_pend >= k:                                            # merge when there is enough to raise the thresholds
+            run_s, run_r = merge_topk(run_s, run_r, torch.cat([x for x, _ in pend], 1), torch.cat([r for _, r in pend], 1), k)
+            pend, n_pend = [], 0
+            if run_s.shape[1] >= k: thr = run_s.min(1, keepdim=True).values
+    if pend: run_s, run_r = merge_topk(run_s, run_r, torch.cat([x for x, _ in pend], 1), torch.cat([r for _, r in pend], 1), k)
     return run_s, run_r
 
 @torch.inference_mode()
@@ -211,7 +226,7 @@ def _search(self, q, # queries `[Q, h]` (or `[h]`), float32
 
 ExactSearch._search_batch, ExactSearch.search = _search_batch, _search
 
-# %% ../nbs/09a_search.ipynb #cd283c9f
+# %% ../nbs/09a_search.ipynb #8330461c
 def matmul_rate(device='cpu', # where to measure
                 dtype=None, # default: fp32 on the CPU, fp16 on a GPU
                 n: int = 2048, # the square matrices' size
