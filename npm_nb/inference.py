@@ -217,30 +217,38 @@ def candidate_spans(tt: TokenTable, # the datastore's tokens
     key = np.unique(f * l_max + (l - f))
     return key // l_max, key // l_max + key % l_max
 
-# %% ../nbs/11_inference.ipynb #5cea35e1
+# %% ../nbs/11_inference.ipynb #48d6b81c
 def _logsumexp(x):
     x = np.asarray(x, np.float64); x = x[np.isfinite(x)]
     if not len(x): return np.inf
     m = x.max(); return m + math.log(np.exp(x - m).sum())
 
-def _probs(q, vectors, tt, tokens, logz, temperature):
-    "exp(sim(q, c)/T − logz) for the given tokens, exactly."
+def _probs(q, ds, tt, tokens, logz, temperature, device=None):
+    "exp(sim(q, c)/T − logz) for the given tokens, exactly (from the datastore's `ExactSearch`: no fp16 conversion)."
     rows, inv = np.unique(tt.row[tokens], return_inverse=True)
-    return np.exp(similarity(q, vectors[rows])[0][inv].astype(np.float64) / temperature - logz)
+    s = rescore(ds, np.asarray(q, np.float32)[None], rows[None], device)[0]
+    return np.exp(s[inv].astype(np.float64) / temperature - logz)
 
 def span_probs(ds, tt: TokenTable, q_start, q_end, # the query's two vectors [h]
                first, last, # candidate spans (token numbers)
                start_scores, end_scores, # similarities of the top-k start / end neighbours (they set the normalisers)
                temperature: float = 1.0,
+               device=None, # where the similarities are computed (see `search_device`)
               ) -> tuple[np.ndarray, np.ndarray]:
     "`(P_start(first), P_end(last))` for each span, normalised over the top-k start / end neighbours."
     zs, ze = _logsumexp(np.asarray(start_scores) / temperature), _logsumexp(np.asarray(end_scores) / temperature)
-    return _probs(q_start, ds.vectors, tt, first, zs, temperature), _probs(q_end, ds.vectors, tt, last, ze, temperature)
+    return _probs(q_start, ds, tt, first, zs, temperature, device), _probs(q_end, ds, tt, last, ze, temperature, device)
 
 def phrase_texts(ds, tt: TokenTable, first, last) -> list[str]:
     "The corpus text of each span, cut by character offsets (never decoded from ids)."
     docs = tt.doc[first]; texts = {int(d): ds.texts[int(d)] for d in np.unique(docs)}
     return [texts[d][a:b] for d, a, b in zip(docs.tolist(), tt.char_start[first].tolist(), tt.char_end[last].tolist())]
+
+def _numbered(strings) -> tuple[np.ndarray, list, dict]:
+    "Ids of `strings` (numbered in order of first appearance), the distinct strings, and string -> id."
+    index = {}
+    ids = np.fromiter((index.setdefault(s, len(index)) for s in strings), np.int64, len(strings))
+    return ids, list(index), index
 
 def aggregate_phrases(strings: list, # one string per span occurrence
                       scores: np.ndarray, # one score per occurrence
@@ -250,13 +258,13 @@ def aggregate_phrases(strings: list, # one string per span occurrence
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "Per distinct string: `(best occurrence, final score, count)`, sorted by final score, best first."
     if not len(strings): return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
-    keys = np.array([s.lower() for s in strings] if fold_case else list(strings))
-    _, inv = np.unique(keys, return_inverse=True)
+    inv = _numbered([s.lower() for s in strings] if fold_case else strings)[0]   # hashing, not sorting strings
+    scores = np.asarray(scores, np.float64)
     total, count = np.bincount(inv, weights=scores), np.bincount(inv)
-    o = np.lexsort((-np.asarray(scores), inv))           # by key, best occurrence first
+    o = np.lexsort((-scores, inv))                       # by string, best occurrence first
     best = o[np.flatnonzero(np.r_[True, inv[o][1:] != inv[o][:-1]])]
     final = total * np.asarray(lengths, np.float64)[best] ** alpha
-    r = np.argsort(-final, kind='stable')
+    r = np.argsort(-final, kind='stable')                # equal scores: the string seen first first
     return best[r], final[r], count[r]
 
 # %% ../nbs/11_inference.ipynb #a467b5ae
@@ -291,11 +299,12 @@ def _prediction(ds, tt, f, l, score, count):
     text = ds.texts[d]
     return Prediction(text[a:b], float(score), *_doc_meta(ds, d), a, b, snippet(text, a, b), int(tt.block[f]), int(count))
 
-# %% ../nbs/11_inference.ipynb #7d7a5c17
+# %% ../nbs/11_inference.ipynb #e62ecbcc
 def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vectors [h]
                     start_rows, start_scores, end_rows, end_scores, # its start / end neighbours (rows, similarities)
                     topn: int = 5, l_max: int = 10, temperature: float = 1.0, alpha: float = 0.0,
                     fold_case: bool = False, # one answer per string up to case (uncased tokenizers)
+                    device=None, # where similarities are computed (see `search_device`)
                    ) -> list[Prediction]:
     "The top-n phrases for one query from its start and end neighbours (App. A.1)."
     tt = token_table(ds)
@@ -304,17 +313,11 @@ def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vector
     end_rows, end_scores = np.asarray(end_rows)[ok_e], np.asarray(end_scores)[ok_e]
     f, l = candidate_spans(tt, tt.token[start_rows], tt.token[end_rows], l_max)
     if not len(f): return []
-    ps, pe = span_probs(ds, tt, q_start, q_end, f, l, start_scores, end_scores, temperature)
+    ps, pe = span_probs(ds, tt, q_start, q_end, f, l, start_scores, end_scores, temperature, device)
     best, final, count = aggregate_phrases(phrase_texts(ds, tt, f, l), ps + pe, l - f + 1, alpha, fold_case)
     return [_prediction(ds, tt, f[i], l[i], s, c) for i, s, c in zip(best[:topn], final[:topn], count[:topn])]
 
-# %% ../nbs/11_inference.ipynb #f3b7c340
-def _numbered(strings) -> tuple[np.ndarray, list, dict]:
-    "Ids of `strings` (numbered in order of first appearance), the distinct strings, and string -> id."
-    index = {}
-    ids = np.fromiter((index.setdefault(s, len(index)) for s in strings), np.int64, len(strings))
-    return ids, list(index), index
-
+# %% ../nbs/11_inference.ipynb #8a06da91
 @dataclass
 class WordTable:
     "The word each stored row stands for, as an id: when it is a start neighbour, an end neighbour, or itself."
@@ -550,7 +553,7 @@ class NPM:
         "The encoder's device; exact search and rescoring run there too."
         return next(self.encoder.parameters()).device
 
-# %% ../nbs/11_inference.ipynb #b4f57de0
+# %% ../nbs/11_inference.ipynb #2734f024
 def _predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
                    ds, # a `Datastore` built with this encoder
                    k: int = 4096, # start / end neighbours (App. A.1)
@@ -567,7 +570,7 @@ def _predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
     "Top-n phrases with provenance for each query."
     if self.mode != 'npm': raise ValueError("phrase prediction needs mode='npm'; for NPM-single use predict_single")
     qs, qe = self.encode_queries(texts, batch_size)
-    kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case)
+    kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case, device=self.device)
     if bm25 is None:  # one pass over the store for all start and end queries
         sc, rw = neighbours(ds, np.concatenate([qs, qe]), k, index, device=self.device)
         (s_s, s_r), (e_s, e_r) = (sc[:len(qs)], rw[:len(qs)]), (sc[len(qs):], rw[len(qs):])
