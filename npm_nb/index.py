@@ -13,8 +13,8 @@ from .storage import atomic_path, atomic_write_json
 from .search import ExactSearch
 
 # %% auto #0
-__all__ = ['KINDS', 'FAISS_GPU_MAX_K', 'training_sample', 'default_nlist', 'faiss_has_gpu', 'VectorIndex', 'rescore_exact',
-           'build_index', 'recall_at_k', 'load_index']
+__all__ = ['KINDS', 'FAISS_GPU_MAX_K', 'training_sample', 'default_nlist', 'faiss_has_gpu', 'max_norm', 'VectorIndex',
+           'rescore_exact', 'build_index', 'recall_at_k', 'load_index']
 
 # %% ../nbs/10_index.ipynb #0500c885
 def _chunks(vectors, size: int = 65_536, desc: str = 'add', progress: bool = True):
@@ -31,7 +31,7 @@ def training_sample(vectors, train_size: int = 100_000, seed: int = 0) -> np.nda
     rows = np.sort(np.random.default_rng(seed).choice(n, train_size, replace=False))
     return np.ascontiguousarray(vectors[rows], dtype=np.float32)
 
-# %% ../nbs/10_index.ipynb #e806adf0
+# %% ../nbs/10_index.ipynb #8e432cd5
 KINDS = ('flat', 'hnsw', 'ivfpq')
 FAISS_GPU_MAX_K = 2048  # FAISS-GPU's largest k (GPU_MAX_SELECTION_K in builds without cuVS)
 
@@ -46,17 +46,39 @@ def faiss_has_gpu() -> bool:
     "True when the installed FAISS was built with GPU support and sees a GPU."
     return hasattr(faiss, 'StandardGpuResources') and faiss.get_num_gpus() > 0
 
-def _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction):
-    "An empty FAISS index of `kind` for `d`-dimensional vectors, inner-product metric."
+def _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, mips='ip'):
+    "An empty FAISS index of `kind` for `d`-dimensional vectors, ranking by inner product (HNSW: natively or via L2)."
     if kind == 'flat': return faiss.IndexFlatIP(d)
     if kind == 'hnsw':
-        ix = faiss.IndexHNSWFlat(d, hnsw_m, faiss.METRIC_INNER_PRODUCT); ix.hnsw.efConstruction = ef_construction
+        ix = faiss.IndexHNSWFlat(d + (mips == 'l2'), hnsw_m, faiss.METRIC_L2 if mips == 'l2' else faiss.METRIC_INNER_PRODUCT)
+        ix.hnsw.efConstruction = ef_construction
         return ix
     if d % m: raise ValueError(f"IVF-PQ needs m (bytes a code) to divide the dimension: {d} % {m} != 0 "
                                f"(try m={max(x for x in range(1, m + 1) if d % x == 0)})")
     return faiss.IndexIVFPQ(faiss.IndexFlatIP(d), d, nlist, m, nbits, faiss.METRIC_INNER_PRODUCT)
 
-# %% ../nbs/10_index.ipynb #29a30ec0
+# %% ../nbs/10_index.ipynb #c65b5d65
+class _MipsL2:
+    "Inner-product search through an L2 index: `x → [x, √(Φ² − |x|²)]`, `q → [q, 0]`, scores mapped back to `q·x`."
+    def __init__(self, index, phi: float): self.index, self.phi = index, float(phi)
+    @property
+    def hnsw(self): return self.index.hnsw
+    @property
+    def ntotal(self): return self.index.ntotal
+    @property
+    def d(self): return self.index.d
+    def add(self, x):
+        n2 = np.einsum('ij,ij->i', x, x, dtype=np.float64)
+        self.index.add(np.hstack([x, np.sqrt(np.maximum(self.phi ** 2 - n2, 0))[:, None]]).astype(np.float32))
+    def search(self, q, k):
+        D, I = self.index.search(np.hstack([q, np.zeros((len(q), 1), np.float32)]), k)
+        return ((np.einsum('ij,ij->i', q, q, dtype=np.float64)[:, None] + self.phi ** 2 - D) / 2).astype(np.float32), I
+
+def max_norm(vectors, chunk: int = 65_536) -> float:
+    "The largest row norm of `vectors` (read in chunks)."
+    return float(max((np.sqrt(np.einsum('ij,ij->i', x, x, dtype=np.float64).max()) for _, x in _chunks(vectors, chunk, progress=False)), default=0.0))
+
+# %% ../nbs/10_index.ipynb #21713e7c
 class VectorIndex:
     "A nearest-neighbour index over the rows of an fp16 store, ranking by inner product."
     def __init__(self, index, kind: str, params: dict, store=None):
@@ -135,7 +157,7 @@ class VectorIndex:
         if self.kind == 'flat': return 4 * n * d
         if self.kind == 'hnsw':
             g = ix.hnsw
-            return 4 * n * d + 4 * g.neighbors.size() + 8 * g.offsets.size() + 4 * g.levels.size()
+            return 4 * n * ix.d + 4 * g.neighbors.size() + 8 * g.offsets.size() + 4 * g.levels.size()
         code = int(p['m']) * int(p['nbits']) // 8
         return n * (code + 8) + 4 * int(p['nlist']) * d + 4 * d * 2 ** int(p['nbits'])
 
@@ -149,7 +171,7 @@ def rescore_exact(q: np.ndarray, # queries [Q, h] float32
     order = np.lexsort((np.where(rows >= 0, rows, np.iinfo(np.int64).max), -s), axis=1)
     return np.take_along_axis(s, order, 1).astype(np.float32), np.take_along_axis(rows, order, 1)
 
-# %% ../nbs/10_index.ipynb #a9f6b213
+# %% ../nbs/10_index.ipynb #e91da997
 class _TorchFlat:
     "Exact search in torch (chapter 09a's `ExactSearch`, CPU or GPU, any k) behind FAISS's `search(q, k)`."
     def __init__(self, vectors, device=None, **kw): self.es = ExactSearch(vectors, device=device, **kw)
@@ -205,10 +227,12 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
                 ef_construction: int = 80, # HNSW build breadth
                 chunk: int = 65_536, # rows added at a time
                 flat_backend: str = 'torch', # 'torch' (ExactSearch, any k) or 'faiss' (IndexFlatIP)
+                mips: str = 'ip', # HNSW graph: 'ip' (FAISS inner product) or 'l2' (L2 on extended vectors, same ranking)
                ) -> VectorIndex:
     "Build a `kind` index over the rows of `vectors`, ranking by inner product, with the fp16 store attached."
     if kind not in KINDS: raise ValueError(f"kind={kind!r}: choose one of {KINDS}")
     if flat_backend not in ('torch', 'faiss'): raise ValueError(f"flat_backend={flat_backend!r}: use 'torch' or 'faiss'")
+    if mips not in ('ip', 'l2'): raise ValueError(f"mips={mips!r}: use 'ip' or 'l2'")
     store = vectors; vec = getattr(vectors, 'vectors', vectors)
     n, d = vec.shape
     if n == 0: raise ValueError("cannot index an empty store (0 vectors)")
@@ -225,14 +249,15 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
                   hnsw_m=hnsw_m if kind == 'hnsw' else None, ef_search=ef_search if kind == 'hnsw' else None,
                   ef_construction=ef_construction if kind == 'hnsw' else None,
                   train_size=train_size if kind == 'ivfpq' else None, seed=seed, metric='inner_product',
-                  flat_backend=flat_backend if kind == 'flat' else None)
+                  flat_backend=flat_backend if kind == 'flat' else None, mips=mips if kind == 'hnsw' else None)
     m_ = getattr(store, 'manifest', None)
     if m_ is not None: params['store'] = dict(encoder=m_['encoder'], corpus=m_['corpus'], path=str(getattr(store, 'path', '')))
     t0 = time.perf_counter()
     on_gpu = device is not None and str(device).startswith('cuda')
     if torch_flat: index = _TorchFlat(vec, device or 'cpu')
     else:
-        index = _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction)
+        index = _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, mips)
+        if kind == 'hnsw' and mips == 'l2': params['mips_phi'] = max_norm(vec) * (1 + 1e-6); index = _MipsL2(index, params['mips_phi'])
         if kind == 'ivfpq':
             sample = training_sample(vec, train_size, seed)
             if len(sample) < max(nlist, 2 ** nbits):
@@ -245,20 +270,21 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
     params['build_s'] = round(time.perf_counter() - t0, 3); params['device'] = _where(index)
     return VectorIndex(index, kind, params, store=store).set_search(nprobe, ef_search)
 
-# %% ../nbs/10_index.ipynb #f2e1171d
+# %% ../nbs/10_index.ipynb #f7bebf8a
 def recall_at_k(rows: np.ndarray, # rows returned by an index [Q, >=k]
                 exact_rows: np.ndarray, # rows of the exact search [Q, >=k]
                 k: int) -> float:
     "Mean share of the exact top-k rows found in the top-k `rows`."
     return float(np.mean([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(rows, exact_rows)]))
 
-# %% ../nbs/10_index.ipynb #f201c64d
+# %% ../nbs/10_index.ipynb #dc5ed707
 def _save(self, path):
     "Write the index to the folder `path` (`index.faiss` + `index.json`), atomically."
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     ix = self.index
     if isinstance(ix, _TorchFlat): (path/'index.faiss').unlink(missing_ok=True)  # a copy of the store: nothing to save
     else:
+        if isinstance(ix, _MipsL2): ix = ix.index
         if hasattr(faiss, 'index_gpu_to_cpu') and 'Gpu' in type(ix).__name__: ix = faiss.index_gpu_to_cpu(ix)
         with atomic_path(path/'index.faiss') as tmp: faiss.write_index(ix, str(tmp))
     atomic_write_json(path/'index.json', self.params)
@@ -282,6 +308,7 @@ def load_index(path, # a folder written by `VectorIndex.save`
         index = _TorchFlat(vec, device or 'cpu'); params['device'] = index.device
         return VectorIndex(index, kind, params, store=store)
     index = faiss.read_index(str(path/'index.faiss'))
-    if device is not None and str(device).startswith('cuda'): index = _to_gpu(index, kind, device)
+    if params.get('mips') == 'l2': index = _MipsL2(index, params['mips_phi'])
+    elif device is not None and str(device).startswith('cuda'): index = _to_gpu(index, kind, device)
     params['device'] = _where(index)
     return VectorIndex(index, kind, params, store=store).set_search(params.get('nprobe'), params.get('ef_search'))

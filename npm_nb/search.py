@@ -114,7 +114,7 @@ class ExactSearch:
         for a in range(0, self.n, 1 << 18): X[a:a + (1 << 18)].copy_(_tensor(self.vectors[a:a + (1 << 18)]))
         return X
 
-# %% ../nbs/09a_search.ipynb #5b396261
+# %% ../nbs/09a_search.ipynb #66ce222a
 def _tensor(x):
     "A torch view of a numpy array or memmap (a read-only memmap is fine: nothing writes to it)."
     if isinstance(x, torch.Tensor): return x
@@ -138,8 +138,9 @@ def _chunks(self, C: int, first: int):
     for a, b in _spans(self.n, C, first):
         if self.X is not None: yield a, self.X[a:b]; continue
         x = _tensor(self.vectors[a:b])
-        if buf is not None: yield a, buf[:len(x)].copy_(x)       # fp16 -> fp32 into the reused buffer
-        else: yield a, x.pin_memory().to(self.device, non_blocking=True)
+        if buf is None: yield a, x.pin_memory().to(self.device, non_blocking=True).to(self.dtype)
+        elif x.dtype == self.dtype: yield a, x                     # already fp32 (e.g. a float32 array)
+        else: yield a, buf[:len(x)].copy_(x)                       # fp16 -> fp32 into the reused buffer
 
 def _scores(self, q, X):
     "Inner products `[Q, C]` in fp32 (on a GPU in fp16 precision: fp16 products, fp32 accumulation)."
