@@ -29,15 +29,21 @@ def available_memory(device='cpu', # 'cpu', 'cuda', 'cuda:1' or a torch.device
         with open('/proc/meminfo') as f: return next(int(l.split()[1]) * 1024 for l in f if l.startswith('MemAvailable:'))
     except (OSError, StopIteration): return None
 
-# %% ../nbs/09a_search.ipynb #f6098257
+# %% ../nbs/09a_search.ipynb #24b2a942
 def order_topk(s, # scores [Q, M]
                r, # their rows [Q, M] (-1: none)
                k: int):
     "The first `k` of `(s, r)` per query in the exact order: score descending, then row ascending (row -1 last)."
-    key = torch.where(r >= 0, r, torch.full_like(r, torch.iinfo(r.dtype).max))
-    o = torch.argsort(key, dim=1, stable=True); s, r = s.gather(1, o), r.gather(1, o)
-    o = torch.argsort(s, dim=1, descending=True, stable=True)[:, :k]
-    return s.gather(1, o), r.gather(1, o)
+    o = torch.sort(s, dim=1, descending=True).indices         # one sort by score; rows decide only among ties
+    s, r = s.gather(1, o), r.gather(1, o)
+    tie = (s[:, 1:] == s[:, :-1]).any(1)
+    if bool(tie.any()):                                        # rare: settle those queries by (score, row) exactly
+        t = tie.nonzero()[:, 0]; ts, tr = s[t], r[t]
+        key = torch.where(tr >= 0, tr, torch.full_like(tr, torch.iinfo(tr.dtype).max))
+        o = torch.argsort(key, dim=1, stable=True); ts, tr = ts.gather(1, o), tr.gather(1, o)
+        o = torch.argsort(ts, dim=1, descending=True, stable=True)
+        s, r = s.index_put((t,), ts.gather(1, o)), r.index_put((t,), tr.gather(1, o))
+    return s[:, :k], r[:, :k]
 
 def _count(keep):
     "True entries per row of a bool matrix, int64 (summing bools directly costs 20x more on the CPU)."
@@ -67,8 +73,9 @@ def _compact(s, # a chunk's scores [Q, C]
     cnt = torch.bincount(qi, minlength=s.shape[0]); m = int(cnt.max()) if len(qi) else 0
     cs = torch.full((s.shape[0], m), -math.inf, dtype=s.dtype, device=s.device)
     cr = torch.full((s.shape[0], m), -1, dtype=torch.int64, device=s.device)
-    pos = torch.arange(len(qi), device=s.device) - (cnt.cumsum(0) - cnt)[qi]
-    cs[qi, pos] = s[qi, ci]; cr[qi, pos] = ci + offset
+    at = qi * m + torch.arange(len(qi), device=s.device) - (cnt.cumsum(0) - cnt)[qi]   # flat places in [Q, m]
+    cs.view(-1).index_copy_(0, at, s.reshape(-1).index_select(0, qi * s.shape[1] + ci))
+    cr.view(-1).index_copy_(0, at, ci + offset)
     return cs, cr, m
 
 # %% ../nbs/09a_search.ipynb #b2c2c84f
