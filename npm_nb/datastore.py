@@ -26,9 +26,12 @@ def encode_blocks(model, # an encoder whose output has `last_hidden_state` (e.g.
                   blocks, # block rows with `input_ids` (a `datasets.Dataset` or a list of dicts)
                   batch_size: int = 32, # blocks per forward pass
                   device: str | None = None, # default: the model's device
+                  amp: str | None = None, # GPU only: 'bf16' or 'fp16' autocast for the forward pass (default fp32, as the reference)
                  ):
     "Yield the last hidden layer of each block, in order, as a float32 array `[len(block), h]`."
-    device = device or next(model.parameters()).device
+    import contextlib
+    device = torch.device(device or next(model.parameters()).device)
+    if amp not in (None, 'bf16', 'fp16'): raise ValueError(f"amp={amp!r}: use None, 'bf16' or 'fp16'")
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     for b in range(0, len(blocks), batch_size):
         rows = blocks[b:b + batch_size]
@@ -37,10 +40,14 @@ def encode_blocks(model, # an encoder whose output has `last_hidden_state` (e.g.
         x = torch.full((len(ids), L), pad, dtype=torch.long)
         att = torch.zeros((len(ids), L), dtype=torch.long)
         for i, s in enumerate(ids): x[i, :len(s)] = torch.tensor(s); att[i, :len(s)] = 1
-        with torch.inference_mode():
+        with torch.inference_mode(), (torch.autocast('cuda', dtype=torch.bfloat16 if amp == 'bf16' else torch.float16)
+                                      if amp and device.type == 'cuda' else contextlib.nullcontext()):
             h = model(input_ids=x.to(device), attention_mask=att.to(device)).last_hidden_state
-        h = h.float().cpu().numpy()
-        for i, s in enumerate(ids): yield h[i, :len(s)]
+            h = h[att.to(device).bool()]  # the real tokens only, [sum of lengths, h]: no padding crosses to the host
+            # on a GPU, cross as fp16 (the store keeps fp16 anyway: the stored vectors are the same), half the bytes
+            h = (h.half() if device.type == 'cuda' else h.float()).cpu().numpy()
+        off = np.cumsum([0] + [len(s) for s in ids])
+        for i in range(len(ids)): yield h[off[i]:off[i + 1]].astype(np.float32)
 
 # %% ../nbs/09_datastore.ipynb #c08b29ac
 STOPWORDS = tuple("""a an the this that these those there here

@@ -309,6 +309,13 @@ def word_id(tok, word: str) -> int:
     "The token id of a single-token word (as it appears inside a sentence)."
     return tok(' ' + word, add_special_tokens=False).input_ids[0]
 
+def _mask_logits(mlm, ids, att, at):
+    "The masked LM's logits at the positions `at` only: the LM head on those rows, not on every position (D24)."
+    head = getattr(mlm, 'cls', None)
+    if head is None: head = getattr(mlm, 'lm_head', None)
+    if head is None: return mlm(input_ids=ids, attention_mask=att).logits[at]
+    return head(mlm.base_model(input_ids=ids, attention_mask=att).last_hidden_state[at])
+
 def eval_closed_set_mlm(mlm, # a `*ForMaskedLM`
                         tok, # its tokenizer
                         task, # a closed-set task name or Task
@@ -329,7 +336,7 @@ def eval_closed_set_mlm(mlm, # a `*ForMaskedLM`
     with torch.no_grad():
         for _, q in _chunks(queries, batch_size):
             ids, att = _mlm_batch(mlm, tok, q, max_len, device)
-            logits = mlm(input_ids=ids, attention_mask=att).logits[ids == tok.mask_token_id]  # [B, V]
+            logits = _mask_logits(mlm, ids, att, ids == tok.mask_token_id)  # [B, V]: the LM head on the mask rows only
             p = logits.float().softmax(-1).cpu()
             probs.append(torch.stack([p[:, w].sum(1) for w in word_ids], 1).numpy())
     probs = np.concatenate(probs) if probs else np.zeros((0, len(verb)))
@@ -391,9 +398,10 @@ def eval_open_set(model, # an `NPM` (mode 'npm': phrases; mode 'single': its top
     out = [None] * len(df)
     t0 = time.perf_counter()
     with torch.no_grad():
-        if model.mode == 'single':
-            for i, q in enumerate(queries):
-                out[i] = [(w, p, None) for w, p in model.predict_single(q, ds, k=k, topn=topn, temperature=temperature, index=index)]
+        if model.mode == 'single':  # batched: one search for each batch of queries
+            for s0, ch in _chunks(queries, batch_size):
+                res = model.predict_single(ch, ds, k=k, topn=topn, temperature=temperature, index=index, batch_size=batch_size)
+                for j, r in enumerate(res): out[s0 + j] = [(w, p, None) for w, p in r]
         else:
             for flag in dict.fromkeys(questions):  # one batch run per BM25 query rule
                 idx = [i for i, f in enumerate(questions) if f == flag]

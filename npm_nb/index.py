@@ -4,12 +4,13 @@
 
 # %% ../nbs/10_index.ipynb #4db875c8
 from __future__ import annotations
-import json, math, os, time
+import json, math, os, time, warnings
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 from .storage import atomic_path, atomic_write_json, read_json, file_checksum
 from .datastore import store_fingerprint, check_store_record
+from .search import ExactSearch
 
 
 class _LazyFaiss:
@@ -26,10 +27,10 @@ class _LazyFaiss:
 globals()['faiss'] = _LazyFaiss()  # (not `faiss = ...`: that would put it into `__all__`)
 
 # %% auto #0
-__all__ = ['KINDS', 'training_sample', 'default_nlist', 'faiss_has_gpu', 'VectorIndex', 'rescore_exact', 'build_index',
-           'recall_at_k', 'load_index', 'check_index']
+__all__ = ['KINDS', 'FAISS_GPU_MAX_K', 'training_sample', 'default_nlist', 'faiss_has_gpu', 'max_norm', 'VectorIndex',
+           'rescore_exact', 'build_index', 'recall_at_k', 'load_index', 'check_index']
 
-# %% ../nbs/10_index.ipynb #b0737016
+# %% ../nbs/10_index.ipynb #0500c885
 def _chunks(vectors, size: int = 65_536, desc: str = 'add', progress: bool = True):
     "Yield `(start, float32 chunk)` over the rows of `vectors`, with a progress bar."
     n = len(vectors)
@@ -44,28 +45,54 @@ def training_sample(vectors, train_size: int = 100_000, seed: int = 0) -> np.nda
     rows = np.sort(np.random.default_rng(seed).choice(n, train_size, replace=False))
     return np.ascontiguousarray(vectors[rows], dtype=np.float32)
 
-# %% ../nbs/10_index.ipynb #ee83ce70
+# %% ../nbs/10_index.ipynb #8e432cd5
 KINDS = ('flat', 'hnsw', 'ivfpq')
+FAISS_GPU_MAX_K = 2048  # FAISS-GPU's largest k (GPU_MAX_SELECTION_K in builds without cuVS)
 
-def default_nlist(n: int) -> int:
-    "Inverted lists for `n` vectors: about 4·sqrt(n), with at least 39 vectors a list."
-    return int(max(1, min(4 * math.sqrt(n), n // 39)))
+def default_nlist(n: int, # vectors in the index
+                  train_size: int | None = None, # the IVF training sample (None: no cap from it)
+                 ) -> int:
+    "Inverted lists for `n` vectors: about 4·sqrt(n), with at least 39 vectors (and 39 training vectors) a list."
+    cap = n if train_size is None else min(n, train_size)
+    return int(max(1, min(4 * math.sqrt(n), cap // 39)))
 
 def faiss_has_gpu() -> bool:
     "True when the installed FAISS was built with GPU support and sees a GPU."
     return hasattr(faiss, 'StandardGpuResources') and faiss.get_num_gpus() > 0
 
-def _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction):
-    "An empty FAISS index of `kind` for `d`-dimensional vectors, inner-product metric."
+def _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, mips='ip'):
+    "An empty FAISS index of `kind` for `d`-dimensional vectors, ranking by inner product (HNSW: natively or via L2)."
     if kind == 'flat': return faiss.IndexFlatIP(d)
     if kind == 'hnsw':
-        ix = faiss.IndexHNSWFlat(d, hnsw_m, faiss.METRIC_INNER_PRODUCT); ix.hnsw.efConstruction = ef_construction
+        ix = faiss.IndexHNSWFlat(d + (mips == 'l2'), hnsw_m, faiss.METRIC_L2 if mips == 'l2' else faiss.METRIC_INNER_PRODUCT)
+        ix.hnsw.efConstruction = ef_construction
         return ix
     if d % m: raise ValueError(f"IVF-PQ needs m (bytes a code) to divide the dimension: {d} % {m} != 0 "
                                f"(try m={max(x for x in range(1, m + 1) if d % x == 0)})")
     return faiss.IndexIVFPQ(faiss.IndexFlatIP(d), d, nlist, m, nbits, faiss.METRIC_INNER_PRODUCT)
 
-# %% ../nbs/10_index.ipynb #d06e8748
+# %% ../nbs/10_index.ipynb #c65b5d65
+class _MipsL2:
+    "Inner-product search through an L2 index: `x → [x, √(Φ² − |x|²)]`, `q → [q, 0]`, scores mapped back to `q·x`."
+    def __init__(self, index, phi: float): self.index, self.phi = index, float(phi)
+    @property
+    def hnsw(self): return self.index.hnsw
+    @property
+    def ntotal(self): return self.index.ntotal
+    @property
+    def d(self): return self.index.d
+    def add(self, x):
+        n2 = np.einsum('ij,ij->i', x, x, dtype=np.float64)
+        self.index.add(np.hstack([x, np.sqrt(np.maximum(self.phi ** 2 - n2, 0))[:, None]]).astype(np.float32))
+    def search(self, q, k):
+        D, I = self.index.search(np.hstack([q, np.zeros((len(q), 1), np.float32)]), k)
+        return ((np.einsum('ij,ij->i', q, q, dtype=np.float64)[:, None] + self.phi ** 2 - D) / 2).astype(np.float32), I
+
+def max_norm(vectors, chunk: int = 65_536) -> float:
+    "The largest row norm of `vectors` (read in chunks)."
+    return float(max((np.sqrt(np.einsum('ij,ij->i', x, x, dtype=np.float64).max()) for _, x in _chunks(vectors, chunk, progress=False)), default=0.0))
+
+# %% ../nbs/10_index.ipynb #21713e7c
 class VectorIndex:
     "A nearest-neighbour index over the rows of an fp16 store, ranking by inner product."
     def __init__(self, index, kind: str, params: dict, store=None):
@@ -91,99 +118,156 @@ class VectorIndex:
             self.params['nprobe'] = nprobe
             try: self.index.nprobe = nprobe
             except AttributeError: faiss.GpuParameterSpace().set_index_parameter(self.index, 'nprobe', nprobe)
+            if getattr(self, '_cpu_copy', None) is not None: self._cpu_copy.nprobe = nprobe
         if ef_search is not None and self.kind == 'hnsw': self.params['ef_search'] = ef_search; self.index.hnsw.efSearch = ef_search
         return self
+
+    def effective_ef_search(self, k: int) -> int | None:
+        "The breadth HNSW really searches with for `k` candidates: FAISS uses `max(ef_search, k)` (None: not HNSW)."
+        return max(int(self.params['ef_search']), int(k)) if self.kind == 'hnsw' else None
+
+    @property
+    def exact(self) -> bool: return isinstance(self.index, _TorchFlat)
+
+    def _backend_search(self, q, k):
+        "The backend's `(scores, rows)`; a FAISS-GPU index asked for more than its maximum k searches its CPU copy."
+        if k > FAISS_GPU_MAX_K and 'Gpu' in type(self.index).__name__:
+            if getattr(self, '_cpu_copy', None) is None:
+                warnings.warn(f"k={k} exceeds FAISS-GPU's maximum k of {FAISS_GPU_MAX_K}: this {self.kind} index is searched "
+                              f"on a CPU copy instead (slower). Use kind='flat' (exact, torch, any k on the GPU) or k <= "
+                              f"{FAISS_GPU_MAX_K} to stay on the GPU.")
+                self._cpu_copy = faiss.index_gpu_to_cpu(self.index)
+            return self._cpu_copy.search(q, k)
+        return self.index.search(q, k)
 
     def search(self, q: np.ndarray, # query vectors `[Q, h]` (float32)
                k: int, # neighbours a query
                k_candidates: int | None = None, # rows fetched from the backend before exact rescoring (default k)
-               rescore: bool = True, # rescore from the attached store
+               rescore: bool = True, # rescore approximate candidates from the attached store
               ) -> tuple[np.ndarray, np.ndarray]:
         "`(scores [Q, k] float32, rows [Q, k] int64)`, best first, by inner product."
         q = np.ascontiguousarray(np.atleast_2d(q), dtype=np.float32)
         if q.shape[1] != self.params['d']: raise ValueError(f"queries have dimension {q.shape[1]}, the index {self.params['d']}")
         kc = min(max(k, k_candidates or k), max(len(self), 1))
-        D, I = self.index.search(q, kc)  # FAISS and _TorchFlat alike
-        I = I.astype(np.int64)
-        if rescore and self.store is not None: D, I = rescore_exact(q, I, self.store)
+        D, I = self._backend_search(q, kc)
+        I = np.asarray(I).astype(np.int64)
+        if rescore and self.store is not None and not self.exact: D, I = rescore_exact(q, I, self.store)
         if D.shape[1] < k:  # fewer rows than k in the whole index
             pad = k - D.shape[1]
             D = np.pad(D, ((0, 0), (0, pad)), constant_values=-np.inf); I = np.pad(I, ((0, 0), (0, pad)), constant_values=-1)
         D = np.where(I >= 0, D, -np.inf).astype(np.float32)
         return D[:, :k], I[:, :k]
 
+    @property
+    def nbytes(self) -> int:
+        "Bytes the index takes beside the fp16 store (its own vector copy, graph, codes, lists), from its structure."
+        p, ix = self.params, self.index
+        n, d = int(p['n']), int(p['d'])
+        if self.exact: return ix.es.nbytes if ix.es.resident else 0
+        if self.kind == 'flat': return 4 * n * d
+        if self.kind == 'hnsw':
+            g = ix.hnsw
+            return 4 * n * ix.d + 4 * g.neighbors.size() + 8 * g.offsets.size() + 4 * g.levels.size()
+        code = int(p['m']) * int(p['nbits']) // 8
+        return n * (code + 8) + 4 * int(p['nlist']) * d + 4 * d * 2 ** int(p['nbits'])
+
 def rescore_exact(q: np.ndarray, # queries [Q, h] float32
                   rows: np.ndarray, # candidate rows [Q, K] (−1 = none)
                   store, # the fp16 vectors [N, h]
                  ) -> tuple[np.ndarray, np.ndarray]:
-    "Exact inner products of each query with its candidate rows from the fp16 store, sorted best first."
-    ok = rows >= 0
-    uniq, inv = np.unique(np.where(ok, rows, 0), return_inverse=True)  # read each row once, in order
-    C = np.asarray(store[uniq], dtype=np.float32)
-    s = np.einsum('qd,qkd->qk', q, C[inv.reshape(rows.shape)])
-    s = np.where(ok, s, -np.inf)
-    order = np.argsort(-s, axis=1, kind='stable')
+    "Exact inner products of each query with its candidate rows from the fp16 store, best first (ties: lower row)."
+    rows = np.asarray(rows, np.int64)
+    s = ExactSearch(store, resident=False).scores(q, rows)   # each row read once, in order, a few hundred MB at a time
+    order = np.lexsort((np.where(rows >= 0, rows, np.iinfo(np.int64).max), -s), axis=1)
     return np.take_along_axis(s, order, 1).astype(np.float32), np.take_along_axis(rows, order, 1)
 
-# %% ../nbs/10_index.ipynb #0fb1c93f
+# %% ../nbs/10_index.ipynb #e91da997
 class _TorchFlat:
-    "Exact inner-product search on a GPU with torch (fp16 matrix), for when FAISS has no GPU support."
-    def __init__(self, vectors, device):
-        import torch
-        self.torch, self.device = torch, device
-        self.X = torch.cat([torch.from_numpy(np.ascontiguousarray(vectors[s:s + (1 << 20)])).to(device)
-                            for s in range(0, len(vectors), (1 << 20))])
+    "Exact search in torch (chapter 09a's `ExactSearch`, CPU or GPU, any k) behind FAISS's `search(q, k)`."
+    def __init__(self, vectors, device=None, **kw): self.es = ExactSearch(vectors, device=device, **kw)
     @property
-    def ntotal(self): return len(self.X)
-    def search(self, q, k):
-        t = self.torch
-        with t.inference_mode():
-            s = t.from_numpy(q).to(self.device).half() @ self.X.T
-            D, I = t.topk(s.float(), k, dim=1)
-        return D.cpu().numpy(), I.cpu().numpy()
+    def ntotal(self): return self.es.n
+    @property
+    def device(self) -> str: return str(self.es.device)
+    def search(self, q, k): return self.es.search(q, k)
+
+_GPU_RESOURCES = {}
+
+def _gpu_resources(gpu: int):
+    "One `StandardGpuResources` per GPU for every FAISS-GPU index of this process (made after emptying torch's cache)."
+    if gpu not in _GPU_RESOURCES:
+        try:
+            import torch; torch.cuda.empty_cache()
+        except Exception: pass
+        _GPU_RESOURCES[gpu] = faiss.StandardGpuResources()
+    return _GPU_RESOURCES[gpu]
 
 def _to_gpu(index, kind, device):
-    "Move a FAISS index to the GPU (FAISS-GPU) if possible; HNSW stays on the CPU."
-    if kind == 'hnsw' or not faiss_has_gpu(): return index
-    res = faiss.StandardGpuResources(); co = faiss.GpuClonerOptions(); co.useFloat16 = True
-    gpu = int(device.split(':')[1]) if ':' in device else 0
-    g = faiss.index_cpu_to_gpu(res, gpu, index, co); g._res = res  # keep the resources alive with the index
-    return g
+    "Move a FAISS index to the GPU with FAISS-GPU; where that is impossible keep it on the CPU and say so."
+    if kind == 'hnsw':
+        warnings.warn("FAISS has no GPU HNSW: this index stays on the CPU"); return index
+    if not faiss_has_gpu():
+        warnings.warn(f"this FAISS has no GPU support (faiss-cpu installed, or no GPU visible): the {kind} index stays on "
+                      "the CPU (install faiss-gpu to search it on the GPU; kind='flat' searches on the GPU with torch)")
+        return index
+    gpu = int(str(device).split(':')[1]) if ':' in str(device) else 0
+    co = faiss.GpuClonerOptions(); co.useFloat16 = True
+    try: return faiss.index_cpu_to_gpu(_gpu_resources(gpu), gpu, index, co)
+    except RuntimeError as e:
+        raise ValueError(f"FAISS-GPU refused this {kind} index ({str(e).strip().splitlines()[-1]}); FAISS-GPU builds without "
+                         "cuVS take IVF-PQ only with nbits=8") from e
+
+def _where(index) -> str:
+    "'cuda' / 'cuda:N' when the index searches on a GPU, else 'cpu'."
+    if isinstance(index, _TorchFlat): return index.device
+    return 'cuda' if 'Gpu' in type(index).__name__ else 'cpu'
 
 def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datastore`
                 kind: str = 'flat', # 'flat' (exact), 'hnsw' (the paper) or 'ivfpq' (the reference code)
-                nlist: int | None = None, # IVF lists (default `default_nlist(N)`)
+                nlist: int | None = None, # IVF lists (default `default_nlist(N, train_size)`)
                 m: int = 64, # IVF-PQ code bytes a vector (must divide h)
                 nbits: int = 8, # bits a PQ sub-code
                 nprobe: int = 16, # IVF lists searched a query
                 hnsw_m: int = 32, # HNSW neighbours a node
-                ef_search: int = 128, # HNSW search breadth
+                ef_search: int = 128, # HNSW search breadth (FAISS uses at least k)
                 train_size: int = 100_000, # rows sampled to train IVF-PQ
                 seed: int = 0, # for the training sample
-                device: str | None = None, # 'cuda' to search on the GPU (FAISS-GPU or torch), default CPU
+                device: str | None = None, # 'cuda' to search on the GPU (torch flat, FAISS-GPU IVF-PQ), default CPU
                 progress: bool = True,
                 ef_construction: int = 80, # HNSW build breadth
                 chunk: int = 65_536, # rows added at a time
+                flat_backend: str = 'torch', # 'torch' (ExactSearch, any k) or 'faiss' (IndexFlatIP)
+                mips: str = 'ip', # HNSW graph: 'ip' (FAISS inner product) or 'l2' (L2 on extended vectors, same ranking)
                ) -> VectorIndex:
     "Build a `kind` index over the rows of `vectors`, ranking by inner product, with the fp16 store attached."
     if kind not in KINDS: raise ValueError(f"kind={kind!r}: choose one of {KINDS}")
+    if flat_backend not in ('torch', 'faiss'): raise ValueError(f"flat_backend={flat_backend!r}: use 'torch' or 'faiss'")
+    if mips not in ('ip', 'l2'): raise ValueError(f"mips={mips!r}: use 'ip' or 'l2'")
     store = vectors; vec = getattr(vectors, 'vectors', vectors)
     n, d = vec.shape
     if n == 0: raise ValueError("cannot index an empty store (0 vectors)")
-    nlist = nlist or default_nlist(n) if kind == 'ivfpq' else None
+    if kind == 'ivfpq':
+        cap = default_nlist(n, train_size)
+        if nlist is None: nlist = cap
+        elif nlist * 39 > min(n, train_size):
+            warnings.warn(f"nlist={nlist} with {min(n, train_size):,} training vectors is below FAISS's 39 a list: the "
+                          f"lists will be poor; use nlist <= {cap} or train_size >= {39 * nlist:,}")
+    else: nlist = None
+    torch_flat = kind == 'flat' and flat_backend == 'torch'
     params = dict(kind=kind, n=int(n), d=int(d), nlist=nlist, m=m if kind == 'ivfpq' else None,
                   nbits=nbits if kind == 'ivfpq' else None, nprobe=nprobe if kind == 'ivfpq' else None,
                   hnsw_m=hnsw_m if kind == 'hnsw' else None, ef_search=ef_search if kind == 'hnsw' else None,
                   ef_construction=ef_construction if kind == 'hnsw' else None,
-                  train_size=train_size if kind == 'ivfpq' else None, seed=seed, metric='inner_product')
+                  train_size=train_size if kind == 'ivfpq' else None, seed=seed, metric='inner_product',
+                  flat_backend=flat_backend if kind == 'flat' else None, mips=mips if kind == 'hnsw' else None)
     m_ = getattr(store, 'manifest', None)
     if m_ is not None: params['store'] = dict(store_fingerprint(store), path=str(getattr(store, 'path', '')))
     t0 = time.perf_counter()
     on_gpu = device is not None and str(device).startswith('cuda')
-    if kind == 'flat' and on_gpu and not faiss_has_gpu():
-        index = _TorchFlat(vec, device)
+    if torch_flat: index = _TorchFlat(vec, device or 'cpu')
     else:
-        index = _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction)
+        index = _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, mips)
+        if kind == 'hnsw' and mips == 'l2': params['mips_phi'] = max_norm(vec) * (1 + 1e-6); index = _MipsL2(index, params['mips_phi'])
         if kind == 'ivfpq':
             sample = training_sample(vec, train_size, seed)
             if len(sample) < max(nlist, 2 ** nbits):
@@ -193,26 +277,28 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
             index.train(sample)
         elif on_gpu: index = _to_gpu(index, kind, device)
         for _, x in _chunks(vec, chunk, desc=f'index[{kind}]', progress=progress): index.add(x)
-    params['build_s'] = round(time.perf_counter() - t0, 3); params['device'] = 'cuda' if on_gpu else 'cpu'
+    params['build_s'] = round(time.perf_counter() - t0, 3); params['device'] = _where(index)
     return VectorIndex(index, kind, params, store=store).set_search(nprobe, ef_search)
 
-# %% ../nbs/10_index.ipynb #39626fbb
+# %% ../nbs/10_index.ipynb #f7bebf8a
 def recall_at_k(rows: np.ndarray, # rows returned by an index [Q, >=k]
                 exact_rows: np.ndarray, # rows of the exact search [Q, >=k]
                 k: int) -> float:
     "Mean share of the exact top-k rows found in the top-k `rows`."
     return float(np.mean([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(rows, exact_rows)]))
 
-# %% ../nbs/10_index.ipynb #6fbf7255
+# %% ../nbs/10_index.ipynb #dc5ed707
 def _save(self, path):
     "Write the index to the folder `path` (`index.faiss` + `index.json`), atomically."
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     ix = self.index
-    if isinstance(ix, _TorchFlat):  # a GPU torch matrix: save as the equivalent exact FAISS index
-        ix = faiss.IndexFlatIP(self.params['d']); [ix.add(x) for _, x in _chunks(self.store, progress=False)]
-    elif hasattr(faiss, 'index_gpu_to_cpu') and 'Gpu' in type(ix).__name__: ix = faiss.index_gpu_to_cpu(ix)
-    with atomic_path(path/'index.faiss') as tmp: faiss.write_index(ix, str(tmp))
-    atomic_write_json(path/'index.json', {**self.params, 'faiss_xxh3': file_checksum(path/'index.faiss')})
+    if isinstance(ix, _TorchFlat): (path/'index.faiss').unlink(missing_ok=True)  # a copy of the store: nothing to save
+    else:
+        if isinstance(ix, _MipsL2): ix = ix.index
+        if hasattr(faiss, 'index_gpu_to_cpu') and 'Gpu' in type(ix).__name__: ix = faiss.index_gpu_to_cpu(ix)
+        with atomic_path(path/'index.faiss') as tmp: faiss.write_index(ix, str(tmp))
+    extra = {} if isinstance(self.index, _TorchFlat) else {'faiss_xxh3': file_checksum(path/'index.faiss')}
+    atomic_write_json(path/'index.json', {**self.params, **extra})
     return path
 
 VectorIndex.save = _save
@@ -227,6 +313,13 @@ def load_index(path, # a folder written by `VectorIndex.save`
     fix = f'delete {path} and build the index again (build_index(ds).save(path))'
     params = read_json(path/'index.json', fix=fix); kind = params.get('kind')
     if kind not in KINDS or not {'n', 'd'} <= set(params): raise ValueError(f"{path/'index.json'} is damaged (no kind, n or d): {fix}")
+    if kind == 'flat' and params.get('flat_backend') == 'torch':  # rebuilt from the store
+        if store is None: raise ValueError(f"{path} is an exact (torch) index, which keeps no vectors of its own: pass store=")
+        vec = getattr(store, 'vectors', store)
+        if tuple(vec.shape) != (params['n'], params['d']):
+            raise ValueError(f"store shape {tuple(vec.shape)} does not match the index ({params['n']}, {params['d']})")
+        index = _TorchFlat(vec, device or 'cpu'); params['device'] = index.device
+        return VectorIndex(index, kind, params, store=store)
     f = path/'index.faiss'
     if not f.exists(): raise FileNotFoundError(f"{f} is missing: {fix}")
     if params.get('faiss_xxh3') and file_checksum(f) != params['faiss_xxh3']:
@@ -235,7 +328,9 @@ def load_index(path, # a folder written by `VectorIndex.save`
     except RuntimeError as e: raise ValueError(f"{f} is damaged ({str(e).splitlines()[0][:160]}): {fix}") from e
     if index.ntotal != params['n']: raise ValueError(f"{f} holds {index.ntotal} vectors, index.json says {params['n']}: {fix}")
     params.pop('faiss_xxh3', None)
-    if device is not None and str(device).startswith('cuda'): index = _to_gpu(index, kind, device)
+    if params.get('mips') == 'l2': index = _MipsL2(index, params['mips_phi'])
+    elif device is not None and str(device).startswith('cuda'): index = _to_gpu(index, kind, device)
+    params['device'] = _where(index)
     return VectorIndex(index, kind, params, store=store).set_search(params.get('nprobe'), params.get('ef_search'))
 
 # %% ../nbs/10_index.ipynb #b741b947

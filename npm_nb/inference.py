@@ -15,13 +15,15 @@ from .storage import atomic_write_json, read_json, folder_checksums, verify_chec
 from .models import load_encoder, load_tokenizer, check_tokenizer, hidden_size, check_pair, encoder_fingerprint
 from .datastore import Datastore, store_fingerprint, check_store_record, check_model
 from .index import check_index
+from .search import ExactSearch
 
 # %% auto #0
-__all__ = ['MASK', 'check_query', 'query_ids', 'encode_queries', 'similarity', 'exact_search', 'rescore', 'neighbours',
-           'TokenTable', 'token_table', 'candidate_spans', 'span_probs', 'phrase_texts', 'aggregate_phrases',
-           'Prediction', 'snippet', 'predict_phrases', 'token_strings', 'token_distribution', 'neighbour_words',
-           'label_probs', 'bm25_query', 'block_texts', 'check_bm25', 'BM25Retriever', 'block_rows', 'is_uncased', 'NPM',
-           'check_search_args', 'as_queries', 'check_verbalizers', 'check_inputs']
+__all__ = ['MASK', 'SIDES', 'check_query', 'query_ids', 'encode_queries', 'similarity', 'search_device', 'exact_searcher',
+           'exact_search', 'rescore', 'neighbours', 'TokenTable', 'token_table', 'candidate_spans', 'span_probs',
+           'phrase_texts', 'aggregate_phrases', 'Prediction', 'snippet', 'predict_phrases', 'WordTable', 'word_table',
+           'token_string_table', 'token_strings', 'token_distribution', 'neighbour_word_ids', 'neighbour_words',
+           'label_mass', 'label_probs', 'bm25_query', 'block_texts', 'check_bm25', 'BM25Retriever', 'block_rows',
+           'is_uncased', 'NPM', 'check_search_args', 'as_queries', 'check_verbalizers', 'check_inputs']
 
 # %% ../nbs/11_inference.ipynb #010f8067
 def check_query(text) -> str:
@@ -36,7 +38,7 @@ def check_query(text) -> str:
                          "errors='replace', or remove that character") from None
     return text
 
-# %% ../nbs/11_inference.ipynb #590d9f5c
+# %% ../nbs/11_inference.ipynb #4f4a31a0
 MASK = '[MASK]'
 
 def query_ids(text: str, # the query, with exactly one `[MASK]` (or the tokenizer's own mask token)
@@ -64,7 +66,7 @@ def query_ids(text: str, # the query, with exactly one `[MASK]` (or the tokenize
         ids, m = ids[:h] + body[lo:lo + room] + ids[len(ids) - t_:], m - lo
     return ids, m
 
-# %% ../nbs/11_inference.ipynb #681e56f3
+# %% ../nbs/11_inference.ipynb #2e58ef2a
 @torch.no_grad()
 def encode_queries(texts, # one query or a list of queries, each with one `[MASK]`
                    encoder, # the encoder the datastore was built with
@@ -89,7 +91,7 @@ def encode_queries(texts, # one query or a list of queries, each with one `[MASK
     if mode == 'npm': return np.concatenate(starts), np.concatenate(ends)
     return np.concatenate(starts)
 
-# %% ../nbs/11_inference.ipynb #a2f77c7e
+# %% ../nbs/11_inference.ipynb #68e38a2a
 def similarity(q, # query vectors [Q, h] (or [h])
                vectors, # corpus vectors [N, h] (fp16 or fp32)
               ) -> np.ndarray:
@@ -101,52 +103,67 @@ def similarity(q, # query vectors [Q, h] (or [h])
     return (q @ c.T).numpy() / np.float32(math.sqrt(q.shape[-1]))
 
 def _sort_rows(scores, rows):
-    o = np.argsort(-scores, axis=1, kind='stable')
+    "Best first: score descending, then row ascending."
+    o = np.lexsort((np.where(rows >= 0, rows, np.iinfo(np.int64).max), -scores), axis=1) if scores.size else np.zeros(scores.shape, np.int64)
     return np.take_along_axis(scores, o, 1), np.take_along_axis(rows, o, 1)
 
-def exact_search(vectors, # corpus vectors [N, h], e.g. the datastore's fp16 memmap
+def search_device(device=None, # a device, or None: the GPU when torch sees one, else the CPU
+                 ) -> torch.device:
+    "The device exact search runs on."
+    return torch.device(device) if device is not None else torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+
+def exact_searcher(ds, # a `Datastore` (the searcher is kept on it) or an fp16 array [N, h] (a streamed one-off)
+                   device=None, # see `search_device`
+                  ) -> ExactSearch:
+    "The `ExactSearch` of this datastore on `device`, made on first use."
+    dev = search_device(device)
+    if not hasattr(ds, 'vectors'): return ExactSearch(ds, device=dev, resident=False)
+    cache = getattr(ds, '_exact_search', None)
+    if cache is None or cache.get('n') != len(ds.vectors): cache = {'n': len(ds.vectors)}  # rebuilt after `add`
+    if str(dev) not in cache: cache[str(dev)] = ExactSearch(ds.vectors, device=dev)
+    try: ds._exact_search = cache
+    except AttributeError: pass
+    return cache[str(dev)]
+
+def exact_search(vectors, # corpus vectors [N, h], e.g. the datastore's fp16 memmap (or a `Datastore`)
                  q, # query vectors [Q, h]
                  k: int, # neighbours per query (at most N are returned)
-                 chunk: int = 1 << 16, # corpus rows per matrix product
+                 chunk: int | None = None, # corpus rows per matrix product (default: `ExactSearch`'s)
+                 device=None, # see `search_device`
                 ) -> tuple[np.ndarray, np.ndarray]:
-    "Exact top-k by similarity: `(scores, rows)`, each [Q, min(k, N)], best first."
-    q = np.atleast_2d(np.asarray(q, dtype=np.float32)); k = min(k, len(vectors))
-    S, R = np.zeros((len(q), 0), np.float32), np.zeros((len(q), 0), np.int64)
-    for a in range(0, len(vectors), chunk):
-        s = similarity(q, vectors[a:a + chunk])
-        S = np.concatenate([S, s], 1)
-        R = np.concatenate([R, np.broadcast_to(np.arange(a, a + s.shape[1]), s.shape)], 1)
-        if S.shape[1] > k:
-            top = np.argpartition(-S, k - 1, axis=1)[:, :k]
-            S, R = np.take_along_axis(S, top, 1), np.take_along_axis(R, top, 1)
-    return _sort_rows(S, R)
+    "Exact top-k by similarity: `(scores, rows)`, each [Q, min(k, N)], best first (ties: lower row first)."
+    es = exact_searcher(vectors, device)
+    old, es.chunk = es.chunk, chunk or es.chunk
+    try: s, r = es.search(q, k)
+    finally: es.chunk = old
+    return s / np.float32(math.sqrt(es.d)), r
 
-def rescore(vectors, q, # corpus vectors [N, h] and queries [Q, h]
+def rescore(vectors, q, # corpus vectors [N, h] (or a `Datastore`) and queries [Q, h]
             rows: np.ndarray, # [Q, k] rows per query, -1 for none
+            device=None, # see `search_device`
            ) -> np.ndarray:
     "Exact similarities of each query with its rows, −∞ where the row is -1."
-    q = np.atleast_2d(np.asarray(q, dtype=np.float32)); rows = np.asarray(rows, dtype=np.int64)
-    ok = rows >= 0
-    v = np.asarray(vectors[np.where(ok, rows, 0).ravel()], dtype=np.float32).reshape(*rows.shape, -1)
-    s = np.einsum('qh,qkh->qk', q, v) / np.float32(math.sqrt(q.shape[-1]))
-    return np.where(ok, s, -np.inf).astype(np.float32)
+    es = exact_searcher(vectors, device)
+    return es.scores(q, rows) / np.float32(math.sqrt(es.d))
 
 def neighbours(ds, # a `Datastore`
                q, # query vectors [Q, h]
                k: int = 4096, # neighbours per query
                index=None, # a `VectorIndex` over `ds.vectors`; None = exact search
+               device=None, # where exact search and rescoring run (see `search_device`)
               ) -> tuple[np.ndarray, np.ndarray]:
     "Top-k stored tokens for each query: `(scores, rows)`, exact scores, best first."
     q = np.atleast_2d(np.asarray(q, dtype=np.float32))
     if q.shape[1] != ds.vectors.shape[1]:
         raise ValueError(f"query vectors have h={q.shape[1]} but the datastore holds h={ds.vectors.shape[1]}: "
                          "the datastore was built with another encoder; rebuild it with this one")
-    if index is None: return exact_search(ds.vectors, q, k)
-    _, rows = index.search(np.ascontiguousarray(q), min(k, len(ds.vectors)))
+    if index is None: return exact_search(ds, q, k, device=device)
+    try: _, rows = index.search(np.ascontiguousarray(q), min(k, len(ds.vectors)), rescore=False)  # rescored once, below
+    except TypeError: _, rows = index.search(np.ascontiguousarray(q), min(k, len(ds.vectors)))
     rows = np.asarray(rows, dtype=np.int64)
-    return _sort_rows(rescore(ds.vectors, q, rows), rows)
+    return _sort_rows(rescore(ds, q, rows, device), rows)
 
-# %% ../nbs/11_inference.ipynb #767c6d13
+# %% ../nbs/11_inference.ipynb #f95f7e8b
 @dataclass
 class TokenTable:
     "Per-token arrays of a datastore's blocks, flattened: token `p` of block `b` is number `offsets[b] + p`."
@@ -193,7 +210,7 @@ def token_table(ds, # a `Datastore` (reads `blocks`, `vec_block`, `vec_pos`)
     except AttributeError: pass
     return tt
 
-# %% ../nbs/11_inference.ipynb #c9e37120
+# %% ../nbs/11_inference.ipynb #86e625e0
 def candidate_spans(tt: TokenTable, # the datastore's tokens
                     starts: np.ndarray, # token numbers of the start neighbours
                     ends: np.ndarray, # token numbers of the end neighbours
@@ -217,30 +234,38 @@ def candidate_spans(tt: TokenTable, # the datastore's tokens
     key = np.unique(f * l_max + (l - f))
     return key // l_max, key // l_max + key % l_max
 
-# %% ../nbs/11_inference.ipynb #0d2cedf3
+# %% ../nbs/11_inference.ipynb #48d6b81c
 def _logsumexp(x):
     x = np.asarray(x, np.float64); x = x[np.isfinite(x)]
     if not len(x): return np.inf
     m = x.max(); return m + math.log(np.exp(x - m).sum())
 
-def _probs(q, vectors, tt, tokens, logz, temperature):
-    "exp(sim(q, c)/T − logz) for the given tokens, exactly."
+def _probs(q, ds, tt, tokens, logz, temperature, device=None):
+    "exp(sim(q, c)/T − logz) for the given tokens, exactly (from the datastore's `ExactSearch`: no fp16 conversion)."
     rows, inv = np.unique(tt.row[tokens], return_inverse=True)
-    return np.exp(similarity(q, vectors[rows])[0][inv].astype(np.float64) / temperature - logz)
+    s = rescore(ds, np.asarray(q, np.float32)[None], rows[None], device)[0]
+    return np.exp(s[inv].astype(np.float64) / temperature - logz)
 
 def span_probs(ds, tt: TokenTable, q_start, q_end, # the query's two vectors [h]
                first, last, # candidate spans (token numbers)
                start_scores, end_scores, # similarities of the top-k start / end neighbours (they set the normalisers)
                temperature: float = 1.0,
+               device=None, # where the similarities are computed (see `search_device`)
               ) -> tuple[np.ndarray, np.ndarray]:
     "`(P_start(first), P_end(last))` for each span, normalised over the top-k start / end neighbours."
     zs, ze = _logsumexp(np.asarray(start_scores) / temperature), _logsumexp(np.asarray(end_scores) / temperature)
-    return _probs(q_start, ds.vectors, tt, first, zs, temperature), _probs(q_end, ds.vectors, tt, last, ze, temperature)
+    return _probs(q_start, ds, tt, first, zs, temperature, device), _probs(q_end, ds, tt, last, ze, temperature, device)
 
 def phrase_texts(ds, tt: TokenTable, first, last) -> list[str]:
     "The corpus text of each span, cut by character offsets (never decoded from ids)."
     docs = tt.doc[first]; texts = {int(d): ds.texts[int(d)] for d in np.unique(docs)}
     return [texts[d][a:b] for d, a, b in zip(docs.tolist(), tt.char_start[first].tolist(), tt.char_end[last].tolist())]
+
+def _numbered(strings) -> tuple[np.ndarray, list, dict]:
+    "Ids of `strings` (numbered in order of first appearance), the distinct strings, and string -> id."
+    index = {}
+    ids = np.fromiter((index.setdefault(s, len(index)) for s in strings), np.int64, len(strings))
+    return ids, list(index), index
 
 def aggregate_phrases(strings: list, # one string per span occurrence
                       scores: np.ndarray, # one score per occurrence
@@ -250,16 +275,16 @@ def aggregate_phrases(strings: list, # one string per span occurrence
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "Per distinct string: `(best occurrence, final score, count)`, sorted by final score, best first."
     if not len(strings): return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
-    keys = np.array([s.lower() for s in strings] if fold_case else list(strings))
-    _, inv = np.unique(keys, return_inverse=True)
+    inv = _numbered([s.lower() for s in strings] if fold_case else strings)[0]   # hashing, not sorting strings
+    scores = np.asarray(scores, np.float64)
     total, count = np.bincount(inv, weights=scores), np.bincount(inv)
-    o = np.lexsort((-np.asarray(scores), inv))           # by key, best occurrence first
+    o = np.lexsort((-scores, inv))                       # by string, best occurrence first
     best = o[np.flatnonzero(np.r_[True, inv[o][1:] != inv[o][:-1]])]
     final = total * np.asarray(lengths, np.float64)[best] ** alpha
-    r = np.argsort(-final, kind='stable')
+    r = np.argsort(-final, kind='stable')                # equal scores: the string seen first first
     return best[r], final[r], count[r]
 
-# %% ../nbs/11_inference.ipynb #bf1fee09
+# %% ../nbs/11_inference.ipynb #a467b5ae
 @dataclass
 class Prediction:
     "One answer: the phrase, its score and where its best occurrence was found."
@@ -291,11 +316,12 @@ def _prediction(ds, tt, f, l, score, count):
     text = ds.texts[d]
     return Prediction(text[a:b], float(score), *_doc_meta(ds, d), a, b, snippet(text, a, b), int(tt.block[f]), int(count))
 
-# %% ../nbs/11_inference.ipynb #8ded0749
+# %% ../nbs/11_inference.ipynb #e62ecbcc
 def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vectors [h]
                     start_rows, start_scores, end_rows, end_scores, # its start / end neighbours (rows, similarities)
                     topn: int = 5, l_max: int = 10, temperature: float = 1.0, alpha: float = 0.0,
                     fold_case: bool = False, # one answer per string up to case (uncased tokenizers)
+                    device=None, # where similarities are computed (see `search_device`)
                    ) -> list[Prediction]:
     "The top-n phrases for one query from its start and end neighbours (App. A.1)."
     tt = token_table(ds)
@@ -304,11 +330,49 @@ def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vector
     end_rows, end_scores = np.asarray(end_rows)[ok_e], np.asarray(end_scores)[ok_e]
     f, l = candidate_spans(tt, tt.token[start_rows], tt.token[end_rows], l_max)
     if not len(f): return []
-    ps, pe = span_probs(ds, tt, q_start, q_end, f, l, start_scores, end_scores, temperature)
+    ps, pe = span_probs(ds, tt, q_start, q_end, f, l, start_scores, end_scores, temperature, device)
     best, final, count = aggregate_phrases(phrase_texts(ds, tt, f, l), ps + pe, l - f + 1, alpha, fold_case)
     return [_prediction(ds, tt, f[i], l[i], s, c) for i, s, c in zip(best[:topn], final[:topn], count[:topn])]
 
-# %% ../nbs/11_inference.ipynb #7a2e4f6a
+# %% ../nbs/11_inference.ipynb #8a06da91
+@dataclass
+class WordTable:
+    "The word each stored row stands for, as an id: when it is a start neighbour, an end neighbour, or itself."
+    start: np.ndarray  # [N] the word starting at the row (-1: none)
+    end: np.ndarray    # [N] the word ending at the row (-1: none)
+    whole: np.ndarray  # [N] the row's own text, when it is a whole word (-1: not one)
+    words: list        # id -> word (lower-cased with fold_case)
+    index: dict        # word -> id
+
+def _cached(tt, key, make):
+    cache = tt.__dict__.setdefault('_strings', {})
+    if key not in cache: cache[key] = make()
+    return cache[key]
+
+def word_table(ds, fold_case: bool = False) -> WordTable:
+    "The `WordTable` of `ds` (built once, then cached)."
+    tt = token_table(ds)
+    def make():
+        t = tt.token
+        s_ok, e_ok = tt.valid_start[t] & (tt.word_last[t] >= 0), tt.valid_end[t] & (tt.word_first[t] >= 0)
+        f = np.concatenate([t[s_ok], tt.word_first[t[e_ok]]]); l = np.concatenate([tt.word_last[t[s_ok]], t[e_ok]])
+        T = len(tt.doc) + 1
+        key, inv = np.unique(f * T + l, return_inverse=True)       # each distinct span cut once
+        texts = phrase_texts(ds, tt, key // T, key % T)
+        ids, words, index = _numbered([x.lower() for x in texts] if fold_case else texts)
+        span = ids[inv]; ns = int(s_ok.sum())
+        start, end = np.full(len(t), -1, np.int64), np.full(len(t), -1, np.int64)
+        start[s_ok], end[e_ok] = span[:ns], span[ns:]
+        whole = np.where(tt.valid_start[t] & tt.valid_end[t], start, -1)
+        return WordTable(start, end, whole, words, index)
+    return _cached(tt, ('words', fold_case), make)
+
+def token_string_table(ds, fold_case: bool = False) -> tuple[np.ndarray, list]:
+    "`(ids [N], strings)`: each stored row's token string (see `token_strings`) as an id (built once, then cached)."
+    tt = token_table(ds)
+    return _cached(tt, ('tokens', fold_case), lambda: _numbered(token_strings(ds, tt, tt.token, fold_case))[:2])
+
+# %% ../nbs/11_inference.ipynb #4944403b
 def token_strings(ds, tt: TokenTable, tokens, # token numbers
                   fold_case: bool = False) -> list[str]:
     "Each token's corpus text (by offsets), `##`-prefixed when it does not start a word."
@@ -323,26 +387,66 @@ def token_distribution(ds, rows, scores, # one query's neighbours: rows and simi
     "NPM-single's distribution: softmax over the neighbours, mass summed per token string, most probable first."
     rows, scores = np.asarray(rows), np.asarray(scores, np.float64)
     ok = rows >= 0; rows, scores = rows[ok], scores[ok]
-    tt = token_table(ds)
+    if not len(rows): return []
+    ids, strings = token_string_table(ds, fold_case)
     p = np.exp(scores / temperature - _logsumexp(scores / temperature))
-    mass = defaultdict(float)
-    for s, x in zip(token_strings(ds, tt, tt.token[rows], fold_case), p): mass[s] += x
-    return sorted(((k, float(v)) for k, v in mass.items()), key=lambda kv: -kv[1])
+    u, first, inv = np.unique(ids[rows], return_index=True, return_inverse=True)
+    mass = np.bincount(inv, weights=p)                           # summed in neighbour order, like a loop would
+    return [(strings[u[i]], float(mass[i])) for i in np.lexsort((first, -mass))]   # ties: first seen first
 
-# %% ../nbs/11_inference.ipynb #93538cc2
+# %% ../nbs/11_inference.ipynb #dd0b76f0
+SIDES = ('start', 'end', 'whole')
+
+def neighbour_word_ids(ds, rows, # neighbours' datastore rows (any shape; -1: none)
+                       side: str, # 'start': the word starting here; 'end': the word ending here; 'whole': itself if a word
+                       fold_case: bool = False) -> np.ndarray:
+    "The id (in `word_table(ds, fold_case)`) of the word each neighbour stands for; -1 when none."
+    if side not in SIDES: raise ValueError(f"side={side!r}: use 'start', 'end' or 'whole'")
+    rows = np.asarray(rows, np.int64); ids = getattr(word_table(ds, fold_case), side)
+    return np.where(rows >= 0, ids[np.maximum(rows, 0)], -1)
+
 def neighbour_words(ds, tt: TokenTable, tokens, # token numbers of neighbours
                     side: str, # 'start': the word starting here; 'end': the word ending here; 'whole': itself if a word
                     fold_case: bool = False) -> list:
     "The word each neighbour stands for (`None` when it stands for none)."
     tokens = np.asarray(tokens, np.int64)
-    if side == 'start': ok, f, l = tt.valid_start[tokens] & (tt.word_last[tokens] >= 0), tokens, tt.word_last[tokens]
-    elif side == 'end': ok, f, l = tt.valid_end[tokens] & (tt.word_first[tokens] >= 0), tt.word_first[tokens], tokens
-    elif side == 'whole': ok, f, l = tt.valid_start[tokens] & tt.valid_end[tokens], tokens, tokens
-    else: raise ValueError(f"side={side!r}: use 'start', 'end' or 'whole'")
-    out = [None] * len(tokens)
-    idx = np.flatnonzero(ok)
-    for i, s in zip(idx.tolist(), phrase_texts(ds, tt, f[idx], l[idx])): out[i] = s.lower() if fold_case else s
-    return out
+    if side not in SIDES: raise ValueError(f"side={side!r}: use 'start', 'end' or 'whole'")
+    rows = tt.row[tokens]
+    if (rows < 0).any():  # a token without a vector (not a neighbour): cut its word directly
+        if side == 'start': ok, f, l = tt.valid_start[tokens] & (tt.word_last[tokens] >= 0), tokens, tt.word_last[tokens]
+        elif side == 'end': ok, f, l = tt.valid_end[tokens] & (tt.word_first[tokens] >= 0), tt.word_first[tokens], tokens
+        else: ok, f, l = tt.valid_start[tokens] & tt.valid_end[tokens], tokens, tokens
+        out = [None] * len(tokens); idx = np.flatnonzero(ok)
+        for i, s in zip(idx.tolist(), phrase_texts(ds, tt, f[idx], l[idx])): out[i] = s.lower() if fold_case else s
+        return out
+    words = word_table(ds, fold_case).words
+    return [words[i] if i >= 0 else None for i in neighbour_word_ids(ds, rows, side, fold_case).tolist()]
+
+def _verbalizer_matrix(verbalizers: dict, index: dict, fold_case: bool):
+    "`(column [W], M [V, L])`: each word id's column among the verbalizer words found (-1: none), and which label has which."
+    norm = (lambda w: w.strip().lower()) if fold_case else (lambda w: w.strip())
+    col, pairs = {}, []
+    for j, ws in enumerate(verbalizers.values()):
+        for w in set(map(norm, ws)):
+            if w in index: pairs.append((col.setdefault(index[w], len(col)), j))
+    M = np.zeros((len(col), len(verbalizers)))
+    for c, j in pairs: M[c, j] = 1.0
+    lut = np.full(len(index) + 1, -1, np.int64); lut[list(col)] = list(col.values())
+    return lut, M
+
+def label_mass(word_ids: np.ndarray, # [Q, K] the word id each neighbour stands for (-1: none)
+               probs: np.ndarray, # [Q, K] each neighbour's softmax mass
+               verbalizers: dict, # label -> list of words
+               index: dict, # word -> id (e.g. `word_table(ds).index`)
+               fold_case: bool = False,
+              ) -> np.ndarray:
+    "P(label) for each query, `[Q, n_labels]`: the neighbours' mass on each label's words (one `bincount`)."
+    word_ids, probs = np.atleast_2d(word_ids), np.atleast_2d(np.asarray(probs, np.float64))
+    lut, M = _verbalizer_matrix(verbalizers, index, fold_case)
+    col = lut[np.where(word_ids >= 0, word_ids, len(index))]
+    ok = col >= 0; nq, V = len(word_ids), M.shape[0]
+    mass = np.bincount((np.arange(nq)[:, None] * V + col)[ok], weights=probs[ok], minlength=nq * V)
+    return mass.reshape(nq, V) @ M
 
 def label_probs(words: list, # the word each neighbour stands for (or None)
                 probs: np.ndarray, # each neighbour's softmax mass
@@ -350,13 +454,12 @@ def label_probs(words: list, # the word each neighbour stands for (or None)
                 fold_case: bool = False,
                ) -> np.ndarray:
     "P(label) = neighbour mass on the label's words, in the order of `verbalizers`."
-    mass = defaultdict(float)
-    for w, p in zip(words, probs):
-        if w is not None: mass[w] += float(p)
-    norm = (lambda w: w.strip().lower()) if fold_case else (lambda w: w.strip())
-    return np.array([sum(mass.get(norm(w), 0.0) for w in set(map(norm, ws))) for ws in verbalizers.values()])
+    has = np.array([w is not None for w in words], bool)
+    sub, _, index = _numbered([w for w in words if w is not None])
+    ids = np.full(len(words), -1, np.int64); ids[has] = sub
+    return label_mass(ids[None], np.asarray(probs)[None], verbalizers, index, fold_case)[0]
 
-# %% ../nbs/11_inference.ipynb #ece2fd13
+# %% ../nbs/11_inference.ipynb #49118fbe
 def bm25_query(text: str, # the masked query
                question: bool | None = None, # True: a question; None: a '?' before the mask makes it one
               ) -> str:
@@ -406,7 +509,7 @@ def check_bm25(bm25, # a `BM25Retriever` (None: nothing to check)
     if bm25 is not None: check_store_record(getattr(bm25, 'store', None), ds, 'this BM25 index',
                                             'build it on this store: BM25Retriever(ds), or reference_bm25(ds) for the cache')
 
-# %% ../nbs/11_inference.ipynb #dd937ed9
+# %% ../nbs/11_inference.ipynb #08b5924a
 def _stemmer():
     try:
         import Stemmer
@@ -451,7 +554,7 @@ class BM25Retriever:
                                                 f"{_BM25_FIX}") from e
         return self
 
-# %% ../nbs/11_inference.ipynb #7f76138b
+# %% ../nbs/11_inference.ipynb #015a61d7
 def block_rows(ds, blocks) -> np.ndarray:
     "Datastore rows of every stored token in the given blocks."
     tt = token_table(ds); blocks = np.asarray(blocks, np.int64)
@@ -462,7 +565,7 @@ def block_rows(ds, blocks) -> np.ndarray:
     rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     return rows[rows >= 0]
 
-# %% ../nbs/11_inference.ipynb #f2bac9bd
+# %% ../nbs/11_inference.ipynb #cda750e6
 def is_uncased(tok) -> bool:
     "True when the tokenizer folds case (e.g. MiniLM's uncased WordPiece)."
     return tok('Zebra Q', add_special_tokens=False)['input_ids'] == tok('zebra q', add_special_tokens=False)['input_ids']
@@ -498,6 +601,11 @@ class NPM:
     def encode_queries(self, texts, batch_size: int = 32):
         "Query vectors: `(q_start, q_end)` for NPM, `q` for NPM-single (see `encode_queries`)."
         return encode_queries(texts, self.encoder, self.tok, self.mode, self.max_len, batch_size)
+
+    @property
+    def device(self) -> torch.device:
+        "The encoder's device; exact search and rescoring run there too."
+        return next(self.encoder.parameters()).device
 
 # %% ../nbs/11_inference.ipynb #ce68fc9f
 def _is_int(v): return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
@@ -539,7 +647,7 @@ def check_inputs(model, ds, index=None, bm25=None):
     "Raise a clear error unless `ds` was built with `model`'s encoder and tokenizer, and `index` / `bm25` on `ds`."
     check_model(ds, model.encoder, model.tok); check_index(index, ds); check_bm25(bm25, ds)
 
-# %% ../nbs/11_inference.ipynb #0ca4f191
+# %% ../nbs/11_inference.ipynb #2734f024
 def _predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
                    ds, # a `Datastore` built with this encoder
                    k: int = 4096, # start / end neighbours (App. A.1)
@@ -559,17 +667,19 @@ def _predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
     check_inputs(self, ds, index, bm25)
     if not texts: return []
     qs, qe = self.encode_queries(texts, batch_size)
-    kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case)
+    kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case, device=self.device)
     if bm25 is None:  # one pass over the store for all start and end queries
-        sc, rw = neighbours(ds, np.concatenate([qs, qe]), k, index)
+        sc, rw = neighbours(ds, np.concatenate([qs, qe]), k, index, device=self.device)
         (s_s, s_r), (e_s, e_r) = (sc[:len(qs)], rw[:len(qs)]), (sc[len(qs):], rw[len(qs):])
         return [predict_phrases(ds, qs[i], qe[i], s_r[i], s_s[i], e_r[i], e_s[i], **kw) for i in range(len(texts))]
+    rows = [np.sort(block_rows(ds, bm25.retrieve(bm25_query(t, question), restrict_k))) for t in texts]
+    union = np.unique(np.concatenate(rows)) if any(len(r) for r in rows) else np.zeros(0, np.int64)
+    sims = similarity(np.concatenate([qs, qe]), ds.vectors[union])   # one product for every query's blocks
     out = []
-    for i, t in enumerate(texts):
-        rows = block_rows(ds, bm25.retrieve(bm25_query(t, question), restrict_k))
-        if not len(rows): out.append([]); continue
-        rows = np.sort(rows); s_s, e_s = similarity(np.stack([qs[i], qe[i]]), ds.vectors[rows])
-        out.append(predict_phrases(ds, qs[i], qe[i], rows, s_s, rows, e_s, **kw))
+    for i, r in enumerate(rows):
+        if not len(r): out.append([]); continue
+        c = np.searchsorted(union, r)
+        out.append(predict_phrases(ds, qs[i], qe[i], r, sims[i, c], r, sims[len(qs) + i, c], **kw))
     return out
 
 def _predict(self: NPM, text: str, ds, **kw) -> list[Prediction]:
@@ -578,15 +688,27 @@ def _predict(self: NPM, text: str, ds, **kw) -> list[Prediction]:
 
 NPM.predict_batch, NPM.predict = _predict_batch, _predict
 
-# %% ../nbs/11_inference.ipynb #27edae10
-def _predict_single(self: NPM, text: str, # a query with one [MASK]
+# %% ../nbs/11_inference.ipynb #1a089242
+def _predict_single(self: NPM, text, # a query with one [MASK], or a list of them
                     ds, k: int = 4096, topn: int = 10, temperature: float = 1.0, index=None,
-                   ) -> list[tuple[str, float]]:
-    "NPM-single: the top-n token strings and their probabilities (App. A.3)."
+                    batch_size: int = 32, # queries a forward pass
+                   ) -> list:
+    "NPM-single: the top-n token strings and their probabilities (App. A.3); a list of those for a list of queries."
     if self.mode != 'single': raise ValueError("predict_single needs mode='single' (one mask); for phrases use predict")
-    check_query(text); check_search_args(k=k, topn=topn, temperature=temperature); check_inputs(self, ds, index)
-    s, r = neighbours(ds, self.encode_queries(text), k, index)
-    return token_distribution(ds, r[0], s[0], temperature, self.fold_case)[:topn]
+    one = isinstance(text, str); texts = [check_query(text)] if one else as_queries(text)
+    check_search_args(k=k, topn=topn, temperature=temperature); check_inputs(self, ds, index)
+    if not texts: return []
+    s, r = neighbours(ds, self.encode_queries(texts, batch_size), k, index, device=self.device)  # all queries at once
+    out = [token_distribution(ds, r[i], s[i], temperature, self.fold_case)[:topn] for i in range(len(texts))]
+    return out[0] if one else out
+
+def _softmax_rows(logits: np.ndarray) -> np.ndarray:
+    "Row-wise softmax in float64 over the finite entries (a row with none gives zeros)."
+    x = np.asarray(logits, np.float64); fin = np.isfinite(x)
+    m = np.where(fin, x, -np.inf).max(1, keepdims=True); m = np.where(np.isfinite(m), m, 0.0)
+    e = np.where(fin, np.exp(np.where(fin, x, 0.0) - m), 0.0)
+    z = e.sum(1, keepdims=True)
+    return np.divide(e, z, out=np.zeros_like(e), where=z > 0)
 
 def _closed_set_probs(self: NPM, texts, # one query or a list, each with one [MASK]
                       ds, verbalizers: dict, # label -> list of words (the label order is the dict's)
@@ -594,32 +716,26 @@ def _closed_set_probs(self: NPM, texts, # one query or a list, each with one [MA
                       temperature: float = 5.0, # τ (App. A.4: 5 for both models)
                       index=None,
                       double_temperature: bool = False, # NPM only: divide by τ twice, as the reference code does
+                      batch_size: int = 32, # queries a forward pass
                      ) -> np.ndarray:
     "P(label) from the neighbours' mass on each label's words: [n_labels], or [Q, n_labels] for a list."
     one = isinstance(texts, str); texts = [check_query(texts)] if one else as_queries(texts)
     check_verbalizers(verbalizers); check_search_args(k=k, temperature=temperature); check_inputs(self, ds, index)
     if not texts: return np.zeros((0, len(verbalizers)))
-    tt = token_table(ds)
     if self.mode == 'single':
         words = [n for n in set(w for ws in verbalizers.values() for w in ws) if len(self.tok.tokenize(n.strip())) > 1]
         if words: warnings.warn(f"NPM-single scores whole single-token words only; these verbalizer words are split by "
                                 f"the tokenizer and never match: {sorted(words)[:10]}")
-        s, r = neighbours(ds, self.encode_queries(texts), k, index)
+        s, r = neighbours(ds, self.encode_queries(texts, batch_size), k, index, device=self.device)
         parts = [(r, s, 'whole')]
-    else:
-        qs, qe = self.encode_queries(texts)
-        (s_s, s_r), (e_s, e_r) = neighbours(ds, qs, k, index), neighbours(ds, qe, k, index)
-        parts = [(s_r, s_s, 'start'), (e_r, e_s, 'end')]
+    else:  # one search for the start and the end queries together
+        qs, qe = self.encode_queries(texts, batch_size); n = len(texts)
+        s, r = neighbours(ds, np.concatenate([qs, qe]), k, index, device=self.device)
+        parts = [(r[:n], s[:n], 'start'), (r[n:], s[n:], 'end')]
     T = temperature * (temperature if double_temperature and self.mode == 'npm' else 1.0)
-    out = []
-    for i in range(len(texts)):
-        words, logits = [], []
-        for rows, scores, side in parts:
-            ok = rows[i] >= 0
-            words += neighbour_words(ds, tt, tt.token[rows[i][ok]], side, self.fold_case)
-            logits.append(scores[i][ok] / T)
-        logits = np.concatenate(logits).astype(np.float64)
-        out.append(label_probs(words, np.exp(logits - _logsumexp(logits)), verbalizers, self.fold_case))
-    return out[0] if one else np.stack(out)
+    ids = np.concatenate([neighbour_word_ids(ds, rows, side, self.fold_case) for rows, _, side in parts], 1)
+    logits = np.concatenate([np.where(rows >= 0, scores / T, -np.inf) for rows, scores, _ in parts], 1)
+    out = label_mass(ids, _softmax_rows(logits), verbalizers, word_table(ds, self.fold_case).index, self.fold_case)
+    return out[0] if one else out
 
 NPM.predict_single, NPM.closed_set_probs = _predict_single, _closed_set_probs

@@ -121,7 +121,7 @@ def test_2_3_store_of_another_encoder(models, store):
 
 def test_2_7_2_8_2_11_index_of_another_store(models, store, copy, tmp_path):
     m = models[0]
-    ix = build_index(store, 'flat', progress=False); ix.save(tmp_path/'ixA')
+    ix = build_index(store, 'hnsw', progress=False); ix.save(tmp_path/'ixA')  # a FAISS index keeps its vectors (flat is rebuilt from its store)
     other = m.build_datastore({'text': DOCS['text'][:3]}, tmp_path/'B', max_len=32, progress=False)
     raises(lambda: m.predict(Q, other, index=load_index(tmp_path/'ixA')), 'rebuild the index')  # 2.7 (N differs)
     same_n = models[1].build_datastore(DOCS, tmp_path/'A1', max_len=32, progress=False)  # same N, other encoder
