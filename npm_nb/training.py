@@ -50,6 +50,7 @@ class TrainConfig:
     mask_ratio: float = 0.15
     span_p: float = 0.5  # geometric span-length parameter (NPM)
     max_span_len: int = 10
+    max_repeat: int = 10  # NPM: times one n-gram may be masked per batch (paper: 10 in a batch of 16 x 256 tokens)
     heldout: float = 0.05  # fraction of batches held out (never trained on)
     seed: int = 0
     profile: str = 'smoke'  # names the default checkpoint folder
@@ -128,7 +129,8 @@ def prepare_batch(rows: list, # block rows of one batch
                  ) -> dict | None:
     "Masked model inputs of one batch for `cfg.objective`, or `None` when the batch has nothing to mask."
     if cfg.objective == 'npm':
-        spans = span_mask(rows, tok, mask_ratio=cfg.mask_ratio, p=cfg.span_p, max_span_len=cfg.max_span_len, seed=seed)
+        spans = span_mask(rows, tok, mask_ratio=cfg.mask_ratio, p=cfg.span_p, max_span_len=cfg.max_span_len,
+                          max_repeat=cfg.max_repeat, seed=seed)
         if spans is None: return None
         b = collate_npm(rows, spans, tok)
         if len(b['span_seq']) == 0: return None
@@ -318,8 +320,9 @@ def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
                          f"{state['init_fingerprint']}, model {state.get('model')!r}) but this run starts from "
                          f"{init_fingerprint} (model {cfg.model!r}); use another out_dir, or resume=False to start over")
     old = json.loads((Path(ckpt)/'train_config.json').read_text())
-    diff = {k: (old.get(k), v) for k, v in json.loads(json.dumps(asdict(cfg))).items()
-            if k not in _FREE_FIELDS and old.get(k) != v}
+    default = json.loads(json.dumps(asdict(TrainConfig())))  # a field added since the checkpoint: it ran with the default
+    diff = {k: (old.get(k, default[k]), v) for k, v in json.loads(json.dumps(asdict(cfg))).items()
+            if k not in _FREE_FIELDS and old.get(k, default[k]) != v}
     if diff:
         raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
                          "use the same settings, another out_dir, or resume=False to start over")
