@@ -22,10 +22,11 @@ from .losses import start_end_loss, single_loss
 
 # %% auto #0
 __all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'training_blocks', 'BatchStream', 'mask_seed',
-           'prepare_batch', 'unmasked_inputs', 'StreamItems', 'batch_loader', 'TwoViews', 'gather_candidates',
-           'batch_loss', 'make_optimizer', 'amp_setup', 'save_checkpoint', 'clean_stale_checkpoints',
-           'list_checkpoints', 'prune_checkpoints', 'link_final', 'DamagedCheckpoint', 'check_resume', 'resume_point',
-           'init_model', 'TrainingDeadline', 'train', 'retrieval_eval', 'config_from_args', 'main']
+           'training_batches', 'prepare_batch', 'unmasked_inputs', 'StreamItems', 'batch_loader', 'TwoViews',
+           'gather_candidates', 'mlm_head', 'MaskedLM', 'batch_loss', 'make_optimizer', 'amp_setup', 'save_checkpoint',
+           'clean_stale_checkpoints', 'list_checkpoints', 'prune_checkpoints', 'link_final', 'DamagedCheckpoint',
+           'check_resume', 'resume_point', 'init_model', 'TrainingDeadline', 'train', 'retrieval_eval', 'mlm_eval',
+           'fill_mask', 'config_from_args', 'main']
 
 # %% ../nbs/08_training.ipynb #bf11367d
 PAPER_CONFIG = dict(lr=3e-5, weight_decay=0.01, warmup=4000, steps=100_000, clip=2.0, batch_size=512, max_len=256,
@@ -50,6 +51,7 @@ class TrainConfig:
     mask_ratio: float = 0.15
     span_p: float = 0.5  # geometric span-length parameter (NPM)
     max_span_len: int = 10
+    max_repeat: int = 10  # NPM: times one n-gram may be masked per batch (paper: 10 in a batch of 16 x 256 tokens)
     heldout: float = 0.05  # fraction of batches held out (never trained on)
     seed: int = 0
     profile: str = 'smoke'  # names the default checkpoint folder
@@ -59,12 +61,15 @@ class TrainConfig:
     keep_last: int = 2  # checkpoints kept (the final one always)
     amp: str = 'auto'  # 'auto' (bf16 or fp16 on CUDA, off on CPU), 'bf16', 'fp16', 'none'
     max_blocks: int | None = None  # cap on blocks per corpus (None or 0: all)
+    batching: str = 'consecutive'  # 'consecutive' blocks of one source (the paper's document grouping) or 'random' blocks of one source
+    candidate_grad: bool = True  # NPM / NPM-single: backpropagate through the candidate (unmasked) pass, as the paper does
     device: str | None = None  # default: cuda if available
     workers: int = -1  # processes that mask batches ahead of the loop (-1: auto = up to 8 on CUDA, 0 on CPU)
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES: raise ValueError(f"objective={self.objective!r}: use one of {OBJECTIVES}")
         if self.amp not in ('auto', 'bf16', 'fp16', 'none'): raise ValueError(f"amp={self.amp!r}: use auto, bf16, fp16 or none")
+        if self.batching not in ('consecutive', 'random'): raise ValueError(f"batching={self.batching!r}: use consecutive or random")
         if self.grad_accum < 1 or self.steps < 1: raise ValueError("grad_accum and steps must be >= 1")
         self.corpora = tuple([self.corpora] if isinstance(self.corpora, str) else self.corpora)
 
@@ -139,6 +144,19 @@ def mask_seed(seed: int, k: int) -> int:
     "The masking seed of stream item `k`."
     return int(np.random.default_rng([seed, k]).integers(2**31))
 
+# %% ../nbs/08_training.ipynb #batchfn1
+def training_batches(blocks, # the blocks (with a `source` column)
+                     cfg: TrainConfig) -> tuple[list, list]:
+    "`(train, held-out)` batches of block indices for `cfg.batching` (held-out: always consecutive blocks)."
+    train_b, held_b = split_batches(make_batches(blocks, cfg.batch_size, shuffle=False), cfg.heldout, seed=cfg.seed)
+    if cfg.batching == 'consecutive': return train_b, held_b
+    src, rng, out = np.asarray(blocks['source']), np.random.default_rng([cfg.seed, 1]), []
+    idx = np.array(sorted(i for b in train_b for i in b), dtype=np.int64)
+    for s in dict.fromkeys(src[idx].tolist()):
+        pool = rng.permutation(idx[src[idx] == s]).tolist()
+        out += [pool[k:k + cfg.batch_size] for k in range(0, len(pool), cfg.batch_size) if len(pool[k:k + cfg.batch_size]) >= 2]
+    return out, held_b
+
 # %% ../nbs/08_training.ipynb #d5c20639
 def prepare_batch(rows: list, # block rows of one batch
                   tok, cfg: TrainConfig,
@@ -146,7 +164,8 @@ def prepare_batch(rows: list, # block rows of one batch
                  ) -> dict | None:
     "Masked model inputs of one batch for `cfg.objective`, or `None` when the batch has nothing to mask."
     if cfg.objective == 'npm':
-        spans = span_mask(rows, tok, mask_ratio=cfg.mask_ratio, p=cfg.span_p, max_span_len=cfg.max_span_len, seed=seed)
+        spans = span_mask(rows, tok, mask_ratio=cfg.mask_ratio, p=cfg.span_p, max_span_len=cfg.max_span_len,
+                          max_repeat=cfg.max_repeat, seed=seed)
         if spans is None: return None
         b = collate_npm(rows, spans, tok)
         if len(b['span_seq']) == 0: return None
@@ -208,12 +227,14 @@ def batch_loader(items: StreamItems, start: int, # the first cursor value
 # %% ../nbs/08_training.ipynb #04922c5f
 class TwoViews(nn.Module):
     "Encode the unmasked (candidates) and the masked (queries) copies of a batch with one shared encoder."
-    def __init__(self, encoder, freeze_pooler: bool = True):
-        super().__init__(); self.encoder = encoder
+    def __init__(self, encoder, freeze_pooler: bool = True,
+                 candidate_grad: bool = True): # False: the candidate pass runs without gradient (not the paper's)
+        super().__init__(); self.encoder, self.candidate_grad = encoder, candidate_grad
         if freeze_pooler and getattr(encoder, 'pooler', None) is not None:
             for p in encoder.pooler.parameters(): p.requires_grad_(False)
     def forward(self, input_ids, attention_mask, masked_input_ids=None, masked_attention_mask=None):
-        cand = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        with contextlib.nullcontext() if self.candidate_grad else torch.no_grad():
+            cand = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         if masked_input_ids is None: return cand, None
         return cand, self.encoder(input_ids=masked_input_ids, attention_mask=masked_attention_mask).last_hidden_state
 
@@ -238,8 +259,29 @@ def gather_candidates(cand: torch.Tensor, # [B, L, h] last-layer states of the u
     dist.all_gather(ids_all, cand_ids); dist.all_gather(mask_all, cand_mask)
     return torch.cat(all_gather_grad(cand), 0), torch.cat(ids_all, 0), torch.cat(mask_all, 0).bool(), rank * B
 
+# %% ../nbs/08_training.ipynb #mlmhead1
+def mlm_head(model) -> str | None:
+    "Name of the output head of a `*ForMaskedLM` (its one child beside the encoder), or `None`."
+    base = model.base_model
+    heads = [n for n, m in model.named_children() if m is not base]
+    return heads[0] if len(heads) == 1 else None
+
+class MaskedLM(nn.Module):
+    "A `*ForMaskedLM` whose vocabulary projection runs at the predicted positions only; returns `(loss, logits [M, V])`."
+    def __init__(self, model):
+        super().__init__(); self.model, self.head = model, mlm_head(model)
+    def forward(self, input_ids, attention_mask, labels):
+        sel = labels != -100
+        if self.head is None:  # fall back to projecting every position
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits[sel]
+        else:
+            h = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            logits = getattr(self.model, self.head)(h[sel])
+        if not sel.any(): return logits.sum() * 0, logits
+        return nn.functional.cross_entropy(logits.float(), labels[sel]), logits
+
 # %% ../nbs/08_training.ipynb #145ba861
-def batch_loss(model, # `TwoViews` (npm, single) or a `*ForMaskedLM` (mlm), possibly wrapped in DDP
+def batch_loss(model, # `TwoViews` (npm, single), or `MaskedLM` / a `*ForMaskedLM` (mlm); possibly wrapped in DDP
                batch: dict | None, # from `prepare_batch`; `None` only under DDP (nothing to mask on this rank)
                objective: str, device='cpu',
                fallback: dict | None = None, # an unmasked batch to encode when `batch` is None
@@ -247,9 +289,12 @@ def batch_loss(model, # `TwoViews` (npm, single) or a `*ForMaskedLM` (mlm), poss
     "Loss and stats of one batch for `objective` (`stats['loss']` is a detached tensor: reading it is left to the caller)."
     b = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in (batch or fallback).items()}
     if objective == 'mlm':
-        out = model(input_ids=b['input_ids'], attention_mask=b['attention_mask'], labels=b['labels'])
-        loss = out.loss if batch is not None else out.logits.sum() * 0
-        return loss, {'loss': loss.detach()}
+        net = model if isinstance(getattr(model, 'module', model), MaskedLM) else MaskedLM(model)
+        labels = b['labels'] if batch is not None else torch.full_like(b['input_ids'], -100)
+        loss, logits = net(b['input_ids'], b['attention_mask'], labels)
+        if batch is None: return loss, {}
+        acc = (logits.argmax(-1) == labels[labels != -100]).float().mean()
+        return loss, {'loss': loss.detach(), 'masked_acc': acc.detach()}  # tensors: one host sync per log step
     if batch is None:  # the gathered candidates stay in the graph: their backward is a collective the other ranks wait for
         cand, _ = model(b['input_ids'], b['attention_mask'])
         g, *_ = gather_candidates(cand, b['input_ids'], b['attention_mask'])
@@ -372,8 +417,9 @@ def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
                          f"{state['init_fingerprint']}, model {state.get('model')!r}) but this run starts from "
                          f"{init_fingerprint} (model {cfg.model!r}); use another out_dir, or resume=False "
                          "(command line: --no-resume) to start over")
-    diff = {k: (old.get(k), v) for k, v in json.loads(json.dumps(asdict(cfg))).items()
-            if k not in _FREE_FIELDS and old.get(k) != v}
+    default = json.loads(json.dumps(asdict(TrainConfig())))  # a field added since the checkpoint: it ran with the default
+    diff = {k: (old.get(k, default[k]), v) for k, v in json.loads(json.dumps(asdict(cfg))).items()
+            if k not in _FREE_FIELDS and old.get(k, default[k]) != v}
     if diff:
         raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
                          "use the same settings, another out_dir, or resume=False (command line: --no-resume) to start over")
@@ -483,11 +529,11 @@ def train(cfg: TrainConfig, resume: bool = True,
     if rank == 0: _truncate_metrics(metrics_path, state['step'])
 
     blocks = blocks if blocks is not None else training_blocks(cfg, tok)
-    train_b, _ = split_batches(make_batches(blocks, cfg.batch_size, shuffle=False), cfg.heldout, seed=cfg.seed)
+    train_b, _ = training_batches(blocks, cfg)
     stream = BatchStream(train_b, seed=cfg.seed)
 
     model.to(device).train()
-    net = model if cfg.objective == 'mlm' else TwoViews(model)
+    net = MaskedLM(model) if cfg.objective == 'mlm' else TwoViews(model, candidate_grad=cfg.candidate_grad)
     if world > 1:
         net = nn.parallel.DistributedDataParallel(net, device_ids=[torch.device(device).index] if device.startswith('cuda') else None)
     opt, sched = make_optimizer(net, cfg)
@@ -556,7 +602,7 @@ def train(cfg: TrainConfig, resume: bool = True,
     return out/'final' if state['step'] == cfg.steps else (last or list_checkpoints(out)[-1])
 
 _STAT_KEYS = {'npm': ('end_top1', 'loss', 'loss_end', 'loss_start', 'n_dropped', 'n_spans', 'start_top1'),
-              'single': ('loss', 'n_dropped', 'n_queries', 'top1'), 'mlm': ('loss',)}  # what `batch_loss` reports
+              'single': ('loss', 'n_dropped', 'n_queries', 'top1'), 'mlm': ('loss', 'masked_acc')}  # what `batch_loss` reports
 
 def _log_row(win, state, sched, gnorm, secs, world, device='cpu', objective='npm'):
     "One `metrics.jsonl` line: each stat's mean over the batches of the last steps on every rank."
@@ -605,6 +651,45 @@ def retrieval_eval(model, # an encoder or `*ForMaskedLM` (its encoder is used)
         n_q += n; n_b += 1
     enc.train(was_training)
     return {**{k: v / max(n_q, 1) for k, v in tot.items()}, 'n_queries': int(n_q), 'n_batches': n_b, 'n_skipped': n_skip}
+
+# %% ../nbs/08_training.ipynb #mlmeval1
+@torch.no_grad()
+def mlm_eval(model, # a `*ForMaskedLM`
+             tok, blocks, # tokenizer and the blocks the batches index
+             heldout_batches: list, # e.g. the second list of `split_batches`
+             seed: int = 0, device: str | None = None, mask_ratio: float = 0.15) -> dict:
+    "Held-out masked-token accuracy (top-1, top-5) and cross-entropy, every chosen token replaced by `[MASK]`."
+    device = device or next(model.parameters()).device
+    was_training = model.training; model.eval(); net = MaskedLM(model)
+    hit1 = hit5 = nll = n = 0
+    for j, idx in enumerate(heldout_batches):
+        b = mlm_mask([blocks[i] for i in idx], tok, mask_ratio=mask_ratio, seed=mask_seed(10**6 + seed, j))
+        sel = b['labels'] != -100
+        ids = b['input_ids'].masked_fill(sel, tok.mask_token_id)
+        _, logits = net(ids.to(device), b['attention_mask'].to(device), b['labels'].to(device))
+        y = b['labels'][sel].to(device); top = logits.topk(5, -1).indices
+        hit1 += int((top[:, 0] == y).sum()); hit5 += int((top == y[:, None]).any(1).sum())
+        nll += float(nn.functional.cross_entropy(logits.float(), y, reduction='sum')); n += len(y)
+    model.train(was_training)
+    return {'acc': hit1 / max(n, 1), 'acc5': hit5 / max(n, 1), 'loss': nll / max(n, 1), 'n_masked': n,
+            'n_batches': len(heldout_batches)}
+
+@torch.no_grad()
+def fill_mask(model, tok, # a `*ForMaskedLM` and its tokenizer
+              texts: list, # texts with one `[MASK]` each (the first one is filled)
+              k: int = 5) -> list[list[tuple[str, float]]]:
+    "The top-k word pieces and their probabilities at the `[MASK]` of each text."
+    device = next(model.parameters()).device
+    was_training = model.training; model.eval(); out = []
+    for t in texts:
+        enc = tok(t.replace('[MASK]', tok.mask_token), return_tensors='pt').to(device)
+        pos = (enc['input_ids'][0] == tok.mask_token_id).nonzero()
+        if not len(pos): raise ValueError(f"no {tok.mask_token} in {t!r}")
+        p = model(**enc).logits[0, int(pos[0])].float().softmax(-1)
+        v, i = p.topk(k)
+        out.append([(tok.convert_ids_to_tokens(int(a)), float(b)) for a, b in zip(i, v)])
+    model.train(was_training)
+    return out
 
 # %% ../nbs/08_training.ipynb #4a29ea51
 def config_from_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
