@@ -16,12 +16,12 @@ from .inference import BM25Retriever, block_texts, bm25_query, neighbours, predi
 
 # %% auto #0
 __all__ = ['EVALUATIVE_HEADS', 'JUDGEMENT_EXTRA', 'exact_match', 'group_em', 'macro_em', 'accuracy', 'majority_baseline',
-           'roc_auc', 'auc_se', 'label_scores', 'macro_auc', 'prior_corrected', 'closed_predictions', 'vader_lexicon',
-           'wordnet_lemmas', 'sentiment_words', 'WordNet', 'load_wordnet', 'judgement_words', 'token_pieces',
-           'is_single_token', 'check_verbalizer', 'single_token_words', 'balance', 'plain_verbalizer',
-           'fuzzy_candidates', 'fuzzy_verbalizer', 'eval_closed_set', 'word_id', 'eval_closed_set_mlm',
-           'normalized_blocks', 'answer_in_blocks', 'dense_blocks', 'eval_open_set', 'greedy_fill', 'eval_open_set_mlm',
-           'bm25_answer', 'eval_bm25_only']
+           'roc_auc', 'auc_se', 'label_scores', 'macro_auc', 'prior_corrected', 'closed_predictions',
+           'paired_difference', 'mean_se', 'gap_text', 'vader_lexicon', 'wordnet_lemmas', 'sentiment_words', 'WordNet',
+           'load_wordnet', 'judgement_words', 'token_pieces', 'is_single_token', 'check_verbalizer',
+           'single_token_words', 'balance', 'plain_verbalizer', 'fuzzy_candidates', 'fuzzy_verbalizer',
+           'eval_closed_set', 'word_id', 'eval_closed_set_mlm', 'normalized_blocks', 'answer_in_blocks', 'dense_blocks',
+           'eval_open_set', 'greedy_fill', 'eval_open_set_mlm', 'bm25_answer', 'eval_bm25_only']
 
 # %% ../nbs/12_evaluation.ipynb #24fdc084
 def exact_match(pred: str | None, # the predicted answer (None: no prediction)
@@ -125,6 +125,29 @@ def closed_predictions(probs) -> np.ndarray:
     "The argmax label of each example, -1 (abstain) where no label has any mass."
     p = np.asarray(probs, float)
     return np.where(p.sum(1) > 0, p.argmax(1), -1)
+
+# %% ../nbs/12_evaluation.ipynb #abe80be2
+def paired_difference(a, b) -> tuple:
+    "`(mean of a − b in points, its standard error)` for per-example scores (0/1 or %) of two models on the same examples."
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.shape != b.shape: raise ValueError(f"paired scores need the same examples: {a.shape} vs {b.shape}")
+    if a.max(initial=0) <= 1 and b.max(initial=0) <= 1: a, b = 100 * a, 100 * b
+    d = a - b
+    return float(d.mean()) if len(d) else float('nan'), float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float('nan')
+
+def mean_se(gaps, ses) -> tuple:
+    "`(mean gap, its standard error)` over independent per-task gaps."
+    g, s = np.asarray(gaps, float), np.asarray(ses, float)
+    return float(g.mean()), float(np.sqrt((s**2).sum()) / len(s))
+
+def gap_text(a: str, b: str, # what is compared: "a − b"
+             gap: float, se: float, # the difference and its standard error
+             unit: str = 'points') -> str:
+    "A reading of `a − b`: who is ahead, by how much ± SE, and whether that clears two standard errors."
+    if not (np.isfinite(gap) and np.isfinite(se)): return f"{a} vs {b}: not measured"
+    z = abs(gap) / se if se > 0 else float('inf')
+    if z >= 2: return f"{a} {'beats' if gap > 0 else 'trails'} {b} by {abs(gap):.1f} ± {se:.1f} {unit} ({z:.1f} SE)"
+    return f"{a} and {b} are within noise ({gap:+.1f} ± {se:.1f} {unit}, {z:.1f} SE)"
 
 # %% ../nbs/12_evaluation.ipynb #9bd7b338
 def vader_lexicon(path=None, # default: the fetched vaderSentiment sdist
@@ -387,14 +410,18 @@ def eval_closed_set(model, # an `NPM` (mode 'npm' or 'single'; an untrained enco
                     index=None, # a `VectorIndex` over ds; None: exact search
                     strict: bool = True, # every verbalizer word must be a single token
                     batch_size: int = 32,
+                    compare: dict | None = None, # name → another verbalizer, scored from the same neighbours (summary['compare'])
                     **kw, # passed on to `closed_set_probs` (e.g. double_temperature=True)
                    ) -> tuple:
-    "Accuracy of kNN closed-set scoring: `(per-example table, summary)`."
+    "Accuracy, AUC, prior-corrected accuracy and abstentions of kNN closed-set scoring: `(per-example table, summary)`."
     t, df = _task_rows(task, rows, n)
     verbalizer = fuzzy_verbalizer(t, model.tok) if verbalizer is None else verbalizer
-    if list(verbalizer) != list(t.label_names):
-        raise ValueError(f"verbalizer labels {list(verbalizer)} must be the task's label words {t.label_names}, in order")
-    if strict: check_verbalizer(verbalizer, model.tok)
+    verbs = {'': verbalizer, **(compare or {})}
+    for v in verbs.values():
+        if list(v) != list(t.label_names):
+            raise ValueError(f"verbalizer labels {list(v)} must be the task's label words {t.label_names}, in order")
+        if strict: check_verbalizer(v, model.tok)
+    verbalizer = {f'{name}\x1f{lab}': ws for name, v in verbs.items() for lab, ws in v.items()}  # one search, all lists
     queries = [make_query(t, r['text'], MASK, r.get('text_b')) for r in df.to_dict('records')]
     t0 = time.perf_counter(); probs = []
     with torch.no_grad():
@@ -402,8 +429,14 @@ def eval_closed_set(model, # an `NPM` (mode 'npm' or 'single'; an untrained enco
             probs.append(np.atleast_2d(model.closed_set_probs(q, ds, verbalizer, k=k, temperature=temperature,
                                                               index=index, **kw)))
     probs = np.concatenate(probs) if probs else np.zeros((0, len(verbalizer)))
-    return _closed_table(t, df, probs, f'NPM({model.mode})', time.perf_counter() - t0, k=k, temperature=temperature,
-                         words_per_label=min(len(v) for v in verbalizer.values()), **kw)
+    L, seconds = len(t.label_names), time.perf_counter() - t0
+    table, s = _closed_table(t, df, probs[:, :L], f'NPM({model.mode})', seconds, k=k, temperature=temperature,
+                             words_per_label=min(len(v) for v in verbs[''].values()), **kw)
+    if compare:
+        s['compare'] = {name: _closed_table(t, df, probs[:, L * (j + 1):L * (j + 2)], f'NPM({model.mode})', seconds,
+                                            words_per_label=min(len(v) for v in verbs[name].values()))[1]
+                        for j, name in enumerate(compare)}
+    return table, s
 
 # %% ../nbs/12_evaluation.ipynb #b5ca5c3e
 def _window(ids: list, pos: int, max_len: int) -> list:

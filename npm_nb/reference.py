@@ -20,8 +20,8 @@ from .inference import NPM, BM25Retriever
 
 # %% auto #0
 __all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'trained_path', 'load_row_model', 'store_key', 'drop_matches', 'reference_corpus',
-           'subject_documents', 'evaluated_texts', 'open_examples', 'plain_blocks', 'store_path', 'reference_datastore',
-           'reference_bm25']
+           'subject_documents', 'evaluated_texts', 'open_examples', 'open_selection', 'plain_blocks', 'store_path',
+           'reference_datastore', 'reference_bm25']
 
 # %% ../nbs/12a_reference.ipynb #2c213e56
 MODEL_ROWS = {'npm': 'NPM (ours, trained)', 'single': 'NPM-single (ours, trained)',
@@ -210,6 +210,15 @@ def open_examples(tasks=OPEN_TASKS, # open-set task names
             out[t] = df[[f in facts for f in zip(df.relation, df.subject)]].reset_index(drop=True)
         else: out[t] = _per_bucket(df, per_bucket, seed)
     return {t: out[t] for t in tasks}
+
+def open_selection(names, # reference corpus names
+                   tasks=OPEN_TASKS, per_bucket: int | None = None, seed: int = 0, # as `open_examples`
+                   max_mentions: int = 3, # as `subject_documents`
+                  ) -> tuple:
+    "`(examples by task, subject → its document ids, the sorted ids to keep)` of an open-set evaluation."
+    ex = open_examples(tasks, per_bucket, seed)
+    subj = subject_documents([s for d in ex.values() for s in d.subject], names, max_mentions)
+    return ex, subj, sorted({i for v in subj.values() for i in v})
 
 def plain_blocks(docs, # documents (a Dataset with `text`)
                  tok, max_len: int = 256) -> list:
