@@ -62,30 +62,37 @@ def _column(d, name: str) -> list:
     "A column as a list, read at once (iterating a datasets column reads row by row: ~1,000x slower)."
     return d.select_columns([name])[:][name]
 
-def _budget_indices(docs, budget: int, tok, seed: int) -> tuple:
-    "Sorted row numbers of a seeded random subset of `docs` whose tokens fit `budget`, and the tokens used."
+def _budget_indices(docs, budget: int, tok, seed: int, skip=None, chunk: int = 64) -> tuple:
+    "Sorted row numbers of a seeded random subset of `docs` whose tokens fit `budget` (none `skip(texts)` flags), and the tokens used."
     order, keep, used = np.random.default_rng(seed).permutation(len(docs)), [], 0
-    for s in range(0, len(order), 512):
-        idx = order[s:s + 512].tolist()
-        lens = [len(x) for x in tok([t or '' for t in _column(docs.select(idx), 'text')], add_special_tokens=False)['input_ids']]
+    for s in range(0, len(order), chunk):
+        idx = order[s:s + chunk].tolist(); texts = [t or '' for t in _column(docs.select(idx), 'text')]
+        if skip is not None:
+            ok = ~skip(texts); idx, texts = [i for i, o in zip(idx, ok) if o], [t for t, o in zip(texts, ok) if o]
+        lens = [len(x) for x in tok(texts, add_special_tokens=False)['input_ids']] if texts else []
+        added = 0
         for i, n in zip(idx, lens):
             if used + n > budget and keep: continue
-            keep.append(i); used += n
-        if used >= budget: break
+            keep.append(i); used += n; added += 1
+        if used >= budget or (texts and not added): break   # full, or nothing of a whole chunk fits the rest
     return sorted(keep), used
 
 def _words(s: str) -> tuple: return tuple(re.sub(r'[^0-9a-z]+', ' ', (s or '').lower()).split())
 
-def drop_matches(texts, # the candidate documents' texts
-                 drop, # texts that must not be selected
-                 probe: int = 8, # drop texts of at least this many words are also found inside longer documents
-                ) -> np.ndarray:
-    "Boolean mask over `texts`: True where a text equals a `drop` text, or contains one of >= `probe` words (case, punctuation, spacing ignored)."
+def _drop_index(drop, probe: int) -> tuple:
     whole, long = set(), {}
     for d in drop:
         w = _words(d)
         if w: whole.add(w)
         if len(w) >= probe: long.setdefault(w[:probe], []).append(w)
+    return whole, long
+
+def drop_matches(texts, # the candidate documents' texts
+                 drop, # texts that must not be selected (or a prepared `_drop_index`)
+                 probe: int = 8, # drop texts of at least this many words are also found inside longer documents
+                ) -> np.ndarray:
+    "Boolean mask over `texts`: True where a text equals a `drop` text, or contains one of >= `probe` words (case, punctuation, spacing ignored)."
+    whole, long = drop if isinstance(drop, tuple) else _drop_index(drop, probe)
     out = np.zeros(len(texts), bool)
     for i, t in enumerate(texts):
         w = _words(t)
@@ -107,15 +114,29 @@ def reference_corpus(names, # corpus names (`npm_nb.corpora.CORPORA`, or 'transl
                     ):
     "The documents of `names` (columns id, title, text, source): `keep` always, no `drop` match, the rest a seeded subset within `max_tokens`."
     names = [names] if isinstance(names, str) else list(names)
+    key = (tuple(names), max_tokens, seed, getattr(tok, 'name_or_path', None), _digest(keep or ()),
+           _digest(' '.join(_words(t)) for t in (drop or ())))
+    if key in _SELECTIONS: return _SELECTIONS[key]   # the same selection for another encoder's store: made once
+    _SELECTIONS[key] = out = _select(names, max_tokens, seed, tok, keep, drop)
+    return out
+
+_SELECTIONS = {}
+
+def _digest(xs) -> str:
+    return hashlib.sha1('\n'.join(sorted(set(map(str, xs)))).encode()).hexdigest()[:8]
+
+def _select(names, max_tokens, seed, tok, keep, drop):
     bad = [n for n in names if n not in CORPORA and n != 'translation']
     if bad: raise KeyError(f"unknown corpus {bad}: use names from {sorted(CORPORA)} or 'translation'")
     tok, keep, drop = tok or load_tokenizer('minilm'), set(keep or ()), list(drop or ())
+    skip = (lambda texts, ix=_drop_index(drop, 8): drop_matches(texts, ix)) if drop else None
     corpora, kept, used = {}, {}, 0
     for n in names:
         d = _corpus(n).select_columns(['id', 'title', 'text', 'source'])
         d = d.cast(d.features)
-        if drop: d = d.select(np.flatnonzero(~drop_matches(_column(d, 'text'), drop)).tolist())
+        if skip and not max_tokens: d = d.select(np.flatnonzero(~skip(_column(d, 'text'))).tolist())   # everything: check all
         kept[n] = [i for i, x in enumerate(_column(d, 'id')) if x in keep]
+        if skip and kept[n]: kept[n] = [i for i, bad in zip(kept[n], skip(_column(d.select(kept[n]), 'text'))) if not bad]
         if kept[n] and max_tokens:
             used += sum(len(x) for x in tok([t or '' for t in _column(d.select(kept[n]), 'text')], add_special_tokens=False)['input_ids'])
         corpora[n] = d
@@ -124,7 +145,7 @@ def reference_corpus(names, # corpus names (`npm_nb.corpora.CORPORA`, or 'transl
     for k, n in enumerate(sorted(names, key=_size)):   # smallest first: a corpus below its share passes the rest on
         d, share = corpora[n], budget // (len(names) - k)
         rest = np.setdiff1d(np.arange(len(d)), kept[n])
-        idx, u = _budget_indices(d.select(rest.tolist()), share, tok, seed) if share > 0 and len(rest) else ([], 0)
+        idx, u = _budget_indices(d.select(rest.tolist()), share, tok, seed, skip) if share > 0 and len(rest) else ([], 0)
         parts[n] = d.select(sorted(kept[n] + rest[idx].tolist())); budget -= u
     return datasets.concatenate_datasets([parts[n] for n in names])
 
@@ -234,9 +255,6 @@ def plain_blocks(docs, # documents (a Dataset with `text`)
     return out
 
 # %% ../nbs/12a_reference.ipynb #24e97616
-def _digest(xs) -> str:
-    return hashlib.sha1('\n'.join(sorted(set(map(str, xs)))).encode()).hexdigest()[:8]
-
 def store_path(profile: str, key: str, names, max_tokens=None, remove_stopwords: bool = False, seed: int = 0,
                keep=None, drop=None) -> Path:
     "Where the datastore of this encoder row and corpus selection is cached."
