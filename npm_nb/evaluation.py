@@ -12,14 +12,17 @@ import numpy as np, pandas as pd, torch
 from .tasks import normalize_answer, get_task, make_query, with_mask, subsample_indices, MASK
 from .fetch import raw_file
 from .datastore import STOPWORDS
-from .inference import BM25Retriever, block_texts, bm25_query, check_bm25
+from .inference import (BM25Retriever, block_texts, bm25_query, check_bm25, check_inputs, neighbours, predict_phrases,
+                              token_distribution, token_table)
 
 # %% auto #0
-__all__ = ['exact_match', 'group_em', 'macro_em', 'accuracy', 'majority_baseline', 'vader_lexicon', 'wordnet_lemmas',
-           'sentiment_words', 'WordNet', 'load_wordnet', 'token_pieces', 'is_single_token', 'check_verbalizer',
+__all__ = ['EVALUATIVE_HEADS', 'JUDGEMENT_EXTRA', 'exact_match', 'group_em', 'macro_em', 'accuracy', 'majority_baseline',
+           'roc_auc', 'auc_se', 'label_scores', 'macro_auc', 'prior_corrected', 'closed_predictions',
+           'paired_difference', 'mean_se', 'gap_text', 'vader_lexicon', 'wordnet_lemmas', 'sentiment_words', 'WordNet',
+           'load_wordnet', 'judgement_words', 'token_pieces', 'is_single_token', 'check_verbalizer',
            'single_token_words', 'balance', 'plain_verbalizer', 'fuzzy_candidates', 'fuzzy_verbalizer',
-           'eval_closed_set', 'word_id', 'eval_closed_set_mlm', 'eval_open_set', 'greedy_fill', 'eval_open_set_mlm',
-           'bm25_answer', 'eval_bm25_only']
+           'eval_closed_set', 'word_id', 'eval_closed_set_mlm', 'normalized_blocks', 'answer_in_blocks', 'dense_blocks',
+           'eval_open_set', 'greedy_fill', 'eval_open_set_mlm', 'bm25_answer', 'eval_bm25_only']
 
 # %% ../nbs/12_evaluation.ipynb #24fdc084
 def exact_match(pred: str | None, # the predicted answer (None: no prediction)
@@ -71,6 +74,81 @@ def majority_baseline(labels) -> tuple:
     "`(majority label, its accuracy in %)` on the evaluated labels."
     label, count = Counter(np.asarray(labels).tolist()).most_common(1)[0]
     return label, 100 * count / len(labels)
+
+# %% ../nbs/12_evaluation.ipynb #d9a38153
+def _avg_ranks(x: np.ndarray) -> np.ndarray:
+    "1-based ranks of `x`, ties sharing their average rank."
+    o = np.argsort(x, kind='mergesort'); _, start, counts = np.unique(x[o], return_index=True, return_counts=True)
+    r = np.empty(len(x)); r[o] = np.repeat(start + (counts + 1) / 2, counts); return r
+
+def roc_auc(scores, # one score per example (higher = more positive)
+            positive, # booleans: is the example positive?
+           ) -> float:
+    "Area under the ROC curve (Mann–Whitney U; ties count half); nan without both classes."
+    s, y = np.asarray(scores, float), np.asarray(positive, bool)
+    n1, n0 = int(y.sum()), int((~y).sum())
+    if not n1 or not n0: return float('nan')
+    return float((_avg_ranks(s)[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+def auc_se(auc: float, n_pos: int, n_neg: int) -> float:
+    "Standard error of an AUC (Hanley & McNeil 1982)."
+    q1, q2 = auc / (2 - auc), 2 * auc**2 / (1 + auc)
+    return float(np.sqrt(max(auc * (1 - auc) + (n_pos - 1) * (q1 - auc**2) + (n_neg - 1) * (q2 - auc**2), 0) / (n_pos * n_neg)))
+
+def label_scores(probs) -> np.ndarray:
+    "Label probabilities normalised per example (uniform where an example has no mass): [n, L]."
+    p = np.asarray(probs, float); s = p.sum(1, keepdims=True)
+    return np.where(s > 0, p / np.where(s > 0, s, 1), 1 / p.shape[1])
+
+def macro_auc(probs, # [n, L] label probabilities
+              labels, # gold label ids
+             ) -> tuple:
+    "`(AUC, its standard error)`: binary AUC of P(1)/(P(0)+P(1)), or the one-vs-rest mean over labels (SE: mean of theirs)."
+    s, y = label_scores(probs), np.asarray(labels, int)
+    cols = [1] if s.shape[1] == 2 else range(s.shape[1])
+    aucs = [(roc_auc(s[:, j], y == j), (y == j).sum(), (y != j).sum()) for j in cols]
+    aucs = [(a, p, q) for a, p, q in aucs if not np.isnan(a)]
+    if not aucs: return float('nan'), float('nan')
+    return float(np.mean([a for a, _, _ in aucs])), float(np.mean([auc_se(a, p, q) for a, p, q in aucs]))
+
+def prior_corrected(probs, # [n, L] label probabilities
+                    seed: int = 0, # the random halves
+                   ) -> np.ndarray:
+    "Each label's probability divided by its mean over the other half of the examples (no labels used)."
+    p = np.asarray(probs, float); half = np.random.default_rng(seed).permutation(len(p)) % 2 == 0
+    out = np.zeros_like(p)
+    for a, b in ((half, ~half), (~half, half)):
+        m = p[b].mean(0) if b.any() else p.mean(0)
+        out[a] = p[a] / np.maximum(m, 1e-12)
+    return out
+
+def closed_predictions(probs) -> np.ndarray:
+    "The argmax label of each example, -1 (abstain) where no label has any mass."
+    p = np.asarray(probs, float)
+    return np.where(p.sum(1) > 0, p.argmax(1), -1)
+
+# %% ../nbs/12_evaluation.ipynb #abe80be2
+def paired_difference(a, b) -> tuple:
+    "`(mean of a − b in points, its standard error)` for per-example scores (0/1 or %) of two models on the same examples."
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.shape != b.shape: raise ValueError(f"paired scores need the same examples: {a.shape} vs {b.shape}")
+    if a.max(initial=0) <= 1 and b.max(initial=0) <= 1: a, b = 100 * a, 100 * b
+    d = a - b
+    return float(d.mean()) if len(d) else float('nan'), float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float('nan')
+
+def mean_se(gaps, ses) -> tuple:
+    "`(mean gap, its standard error)` over independent per-task gaps."
+    g, s = np.asarray(gaps, float), np.asarray(ses, float)
+    return float(g.mean()), float(np.sqrt((s**2).sum()) / len(s))
+
+def gap_text(a: str, b: str, # what is compared: "a − b"
+             gap: float, se: float, # the difference and its standard error
+             unit: str = 'points') -> str:
+    "A reading of `a − b`: who is ahead, by how much ± SE, and whether that clears two standard errors."
+    if not (np.isfinite(gap) and np.isfinite(se)): return f"{a} vs {b}: not measured"
+    z = abs(gap) / se if se > 0 else float('inf')
+    if z >= 2: return f"{a} {'beats' if gap > 0 else 'trails'} {b} by {abs(gap):.1f} ± {se:.1f} {unit} ({z:.1f} SE)"
+    return f"{a} and {b} are within noise ({gap:+.1f} ± {se:.1f} {unit}, {z:.1f} SE)"
 
 # %% ../nbs/12_evaluation.ipynb #9bd7b338
 def vader_lexicon(path=None, # default: the fetched vaderSentiment sdist
@@ -149,6 +227,55 @@ def load_wordnet(dict_dir=None) -> WordNet:
     "A cached `WordNet` (parsing the noun files takes about 2 s)."
     return WordNet(dict_dir)
 
+# %% ../nbs/12_evaluation.ipynb #d57c5743
+EVALUATIVE_HEADS = {  # label word → WordNet head adjectives of that side (the attribute they measure in the comment)
+    'great': ['good', 'superior', 'pleasant', 'pleasing', 'interesting', 'beautiful', 'worthy', 'impressive',
+              'satisfactory', 'perfect'],      # quality, quality/caliber, pleasantness, –, interest, beauty, worthiness, …
+    'terrible': ['bad', 'inferior', 'unpleasant', 'displeasing', 'uninteresting', 'ugly', 'unworthy', 'unimpressive',
+                 'unsatisfactory', 'imperfect'],
+}
+JUDGEMENT_EXTRA = {  # hand-written for npm-nb: review judgements the WordNet rule misses (see above)
+    'great': ['best', 'wonderful', 'fantastic', 'terrific', 'fun', 'nice', 'favorite', 'memorable', 'decent', 'fresh'],
+    'terrible': ['worst', 'horrible', 'pathetic', 'stupid', 'lame', 'poor', 'weak', 'dull', 'ridiculous', 'annoying',
+                 'pointless', 'bland', 'stale'],
+}
+
+@lru_cache(maxsize=2)
+def _adjectives(dict_dir=None) -> tuple:
+    "WordNet adjectives: {offset: (type a/s, lemmas, head offset)} and {lemma: offsets, most frequent sense first}."
+    d = Path(dict_dir or raw_file('wordnet_dict')); syn, senses = {}, {}
+    for line in (d/'data.adj').read_text(encoding='latin-1').splitlines():
+        if line.startswith(' ') or not line.strip(): continue
+        f = line.partition(' | ')[0].split(); n = int(f[3], 16)
+        lemmas = [re.sub(r'\(.*\)$', '', f[4 + 2*i]).lower() for i in range(n)]; i = 4 + 2*n
+        ptrs = [(f[i+1+4*j], f[i+2+4*j]) for j in range(int(f[i]))]
+        syn[f[0]] = (f[2], lemmas, f[0] if f[2] == 'a' else next((o for s, o in ptrs if s == '&'), None))
+    for line in (d/'index.adj').read_text(encoding='latin-1').splitlines():
+        if line.startswith(' ') or not line.strip(): continue
+        f = line.split(); senses[f[0]] = f[4 + int(f[3]) + 2:]
+    return syn, senses
+
+def judgement_words(max_rank: int = 2, # a judgement sense must be among the word's `max_rank` most frequent senses
+                    min_valence: float = 1.0, # |VADER valence| at least this
+                    lexicon: dict | None = None, # word → valence (default: VADER)
+                    extra: dict | None = None, # label → curated words (default: JUDGEMENT_EXTRA)
+                    dict_dir=None) -> dict:
+    "Evaluative adjectives per sentiment label, strongest VADER valence first: `{'terrible': [...], 'great': [...]}`."
+    syn, senses = _adjectives(dict_dir); lexicon = vader_lexicon() if lexicon is None else lexicon
+    extra = JUDGEMENT_EXTRA if extra is None else extra
+    side = {o: lab for lab, hs in EVALUATIVE_HEADS.items() for h in hs for o in senses.get(h, [])
+            if syn[o][0] == 'a' and h in syn[o][1]}
+    sign = {'great': 1, 'terrible': -1}; out = {'terrible': [], 'great': []}
+    for w, offs in senses.items():
+        labs = [side[syn[o][2]] for o in offs[:max_rank] if syn[o][2] in side]
+        if not labs or not re.fullmatch(r'[a-z]+', w): continue
+        v = lexicon.get(w)
+        if v is not None and abs(v) >= min_valence and v * sign[labs[0]] > 0: out[labs[0]].append(w)
+    for lab, ws in extra.items():
+        out[lab] += [w for w in ws if w not in out[lab] and lexicon.get(w, sign[lab]) * sign[lab] > 0]
+    key = lambda w: (-abs(lexicon[w]) if w in lexicon else 0, w)
+    return {lab: sorted(ws, key=key) for lab, ws in out.items()}
+
 # %% ../nbs/12_evaluation.ipynb #0e7ed6b8
 def token_pieces(tok, word: str) -> list:
     "The tokens of `word` as it appears inside a sentence (with a leading space)."
@@ -200,11 +327,16 @@ def _exclusive(lists: dict) -> dict:
     count = Counter(w for v in lists.values() for w in set(v))
     return {k: [w for w in v if count[w] == 1] for k, v in lists.items()}
 
-def fuzzy_candidates(task) -> dict:
-    "Unfiltered candidate words per label: VADER for sentiment labels, WordNet for topic labels, else the label word."
+def fuzzy_candidates(task,
+                     sentiment: str = 'judgement', # sentiment lists: 'judgement' (judgement_words) or 'vader' (sentiment_words)
+                    ) -> dict:
+    "Unfiltered candidate words per label: judgement words for sentiment labels, WordNet for topic labels, else the label word."
     t = get_task(task) if isinstance(task, str) else task
     names = list(t.label_names)
+    if sentiment not in ('judgement', 'vader'): raise ValueError(f"sentiment={sentiment!r}: use 'judgement' or 'vader'")
     if names == ['terrible', 'great']:
+        if sentiment == 'judgement':
+            s = judgement_words(); return {lab: [lab] + s[lab] for lab in names}
         s = sentiment_words(vader_lexicon(), keep=wordnet_lemmas('adj'))
         return {'terrible': ['terrible'] + s['negative'], 'great': ['great'] + s['positive']}
     if '{text} The text topic is about' in (t.template or ''):
@@ -215,9 +347,10 @@ def fuzzy_candidates(task) -> dict:
 def fuzzy_verbalizer(task, # a task name or Task
                      tok, # the model's tokenizer (single-token filter)
                      max_words: int | None = None, # cap per label, after balancing
+                     sentiment: str = 'judgement', # sentiment lists: 'judgement' or the earlier 'vader' rule
                     ) -> dict:
     "Label name ↦ fuzzy words: single-token filter, then exclusive, then balanced (label word first)."
-    cands = fuzzy_candidates(task)
+    cands = fuzzy_candidates(task, sentiment)
     lists = _exclusive({k: single_token_words(v, tok) for k, v in cands.items()})
     empty = [k for k, v in lists.items() if not v]
     if empty: raise ValueError(f"no single-token verbalizer word left for labels {empty}: the tokenizer splits them all")
@@ -246,16 +379,25 @@ def _chunks(xs, size):
 
 # %% ../nbs/12_evaluation.ipynb #5d632b1f
 def _closed_table(t, df, probs, what, seconds, **kw) -> tuple:
-    labels = list(t.label_names)
-    preds = probs.argmax(1)
+    labels = list(t.label_names); name = lambda i: labels[i] if i >= 0 else 'abstain'
+    probs = np.asarray(probs, float).reshape(len(df), len(labels))
+    preds, prior = closed_predictions(probs), closed_predictions(prior_corrected(probs))
     table = pd.DataFrame({'text': df['text'], 'label': df['label'].astype(int), 'pred': preds,
-                          'label_name': [labels[i] for i in df['label']], 'pred_name': [labels[i] for i in preds]})
-    for j, name in enumerate(labels): table[f'p_{name}'] = probs[:, j]
+                          'label_name': [labels[i] for i in df['label']], 'pred_name': [name(i) for i in preds]})
+    for j, lab in enumerate(labels): table[f'p_{lab}'] = probs[:, j]
     table['correct'] = table.label == table.pred
+    table['abstain'], table['mass'] = preds < 0, probs.sum(1)
+    table['pred_prior'] = prior; table['correct_prior'] = table.label == table.pred_prior
     maj_label, maj_acc = majority_baseline(table.label)
-    s = _summary(t, what, len(df), seconds, accuracy=accuracy(table.pred, table.label),
-                 majority_label=labels[int(maj_label)], majority_accuracy=maj_acc,
-                 no_mass=float(100 * (probs.sum(1) <= 0).mean()), **kw)
+    n, ab = len(table), table.abstain.to_numpy()
+    auc, se = macro_auc(probs, table.label)
+    s = _summary(t, what, n, seconds, accuracy=accuracy(table.pred, table.label),
+                 prior_corrected_accuracy=accuracy(table.pred_prior, table.label), auc=auc, auc_se=se,
+                 abstain=float(100 * ab.mean()), abstain_scoring='wrong',
+                 accuracy_answered=accuracy(table.pred[~ab], table.label[~ab]) if (~ab).any() else float('nan'),
+                 accuracy_chance=float(100 * (table.correct.sum() + ab.sum() / len(labels)) / n) if n else float('nan'),
+                 mass=float(100 * table.mass.mean()), majority_label=labels[int(maj_label)], majority_accuracy=maj_acc,
+                 no_mass=float(100 * ab.mean()), **kw)
     return table, s
 
 def eval_closed_set(model, # an `NPM` (mode 'npm' or 'single'; an untrained encoder wrapped the same way)
@@ -269,14 +411,18 @@ def eval_closed_set(model, # an `NPM` (mode 'npm' or 'single'; an untrained enco
                     index=None, # a `VectorIndex` over ds; None: exact search
                     strict: bool = True, # every verbalizer word must be a single token
                     batch_size: int = 32,
+                    compare: dict | None = None, # name → another verbalizer, scored from the same neighbours (summary['compare'])
                     **kw, # passed on to `closed_set_probs` (e.g. double_temperature=True)
                    ) -> tuple:
-    "Accuracy of kNN closed-set scoring: `(per-example table, summary)`."
+    "Accuracy, AUC, prior-corrected accuracy and abstentions of kNN closed-set scoring: `(per-example table, summary)`."
     t, df = _task_rows(task, rows, n)
     verbalizer = fuzzy_verbalizer(t, model.tok) if verbalizer is None else verbalizer
-    if list(verbalizer) != list(t.label_names):
-        raise ValueError(f"verbalizer labels {list(verbalizer)} must be the task's label words {t.label_names}, in order")
-    if strict: check_verbalizer(verbalizer, model.tok)
+    verbs = {'': verbalizer, **(compare or {})}
+    for v in verbs.values():
+        if list(v) != list(t.label_names):
+            raise ValueError(f"verbalizer labels {list(v)} must be the task's label words {t.label_names}, in order")
+        if strict: check_verbalizer(v, model.tok)
+    verbalizer = {f'{name}\x1f{lab}': ws for name, v in verbs.items() for lab, ws in v.items()}  # one search, all lists
     queries = [make_query(t, r['text'], MASK, r.get('text_b')) for r in df.to_dict('records')]
     t0 = time.perf_counter(); probs = []
     with torch.no_grad():
@@ -284,8 +430,14 @@ def eval_closed_set(model, # an `NPM` (mode 'npm' or 'single'; an untrained enco
             probs.append(np.atleast_2d(model.closed_set_probs(q, ds, verbalizer, k=k, temperature=temperature,
                                                               index=index, **kw)))
     probs = np.concatenate(probs) if probs else np.zeros((0, len(verbalizer)))
-    return _closed_table(t, df, probs, f'NPM({model.mode})', time.perf_counter() - t0, k=k, temperature=temperature,
-                         words_per_label=min(len(v) for v in verbalizer.values()), **kw)
+    L, seconds = len(t.label_names), time.perf_counter() - t0
+    table, s = _closed_table(t, df, probs[:, :L], f'NPM({model.mode})', seconds, k=k, temperature=temperature,
+                             words_per_label=min(len(v) for v in verbs[''].values()), **kw)
+    if compare:
+        s['compare'] = {name: _closed_table(t, df, probs[:, L * (j + 1):L * (j + 2)], f'NPM({model.mode})', seconds,
+                                            words_per_label=min(len(v) for v in verbs[name].values()))[1]
+                        for j, name in enumerate(compare)}
+    return table, s
 
 # %% ../nbs/12_evaluation.ipynb #b5ca5c3e
 def _window(ids: list, pos: int, max_len: int) -> list:
@@ -349,6 +501,42 @@ _KEEP = ('relation', 'subject', 'bucket', 'n_splits', 'answer_in_corpus', 'answe
 def _default_by(df: pd.DataFrame) -> str | None:
     return next((c for c in ('bucket', 'lang', 'changed') if c in df.columns), None)
 
+def normalized_blocks(ds) -> list:
+    "`' ' + normalize_answer(text) + ' '` of every block of `ds` (cached on `ds`)."
+    nb = getattr(ds, '_normalized_blocks', None)
+    if nb is None or len(nb) != len(ds.blocks):
+        nb = [f' {normalize_answer(x)} ' for x in block_texts(ds)]
+        try: ds._normalized_blocks = nb
+        except AttributeError: pass
+    return nb
+
+def answer_in_blocks(golds, # gold aliases
+                     blocks, # block numbers
+                     norm_blocks: list, # `normalized_blocks(ds)`
+                    ) -> bool:
+    "Does a gold alias occur, as whole words after SQuAD normalisation, in one of the blocks?"
+    keys = [f' {k} ' for k in (normalize_answer(g) for g in golds) if k]
+    return any(k in norm_blocks[int(b)] for b in blocks for k in keys)
+
+def dense_blocks(ds, rows, scores, # one query's neighbours (start and end together): datastore rows and similarities
+                 k: int = 3) -> np.ndarray:
+    "The first `k` distinct blocks of the neighbours, each block ranked by its best neighbour."
+    tt = token_table(ds); rows, scores = np.asarray(rows), np.asarray(scores)
+    ok = rows >= 0; rows, scores = rows[ok], scores[ok]
+    blocks = tt.block[tt.token[rows[np.argsort(-scores, kind='stable')]]]
+    _, first = np.unique(blocks, return_index=True)
+    return blocks[np.sort(first)][:k]
+
+def _retrieval_summary(table, groups) -> dict:
+    "recall, EM given retrieval / no retrieval (micro, %) and per-group recall."
+    r = table.retrieved.to_numpy(bool); h = table.hit.to_numpy(bool)
+    pct = lambda x: float(100 * x.mean()) if len(x) else float('nan')
+    s = dict(recall=pct(r), em_given_retrieval=pct(h[r]), em_given_no_retrieval=pct(h[~r]), n_retrieved=int(r.sum()))
+    if groups is not None:
+        g = pd.DataFrame({'g': list(groups), 'r': r}).groupby('g', sort=True).r.mean()
+        s['recall_by_group'] = {k: float(100 * v) for k, v in g.items()}; s['macro_recall'] = float(100 * g.mean())
+    return s
+
 def _open_table(t, df, answers, preds, what, seconds, by=None, extra=None, **kw) -> tuple:
     "Tidy table and summary for open-set predictions: `preds` is one list of answer strings (best first) per row."
     golds = [list(g) for g in df[answers]]
@@ -368,6 +556,9 @@ def _open_table(t, df, answers, preds, what, seconds, by=None, extra=None, **kw)
         s['macro_em'], s['per_group'] = float(per.em.mean()), per.to_dict('records')
     if 'answer_in_corpus' in df.columns and df.answer_in_corpus.any():
         s['em_answerable'] = float(100 * table.hit[df.answer_in_corpus.astype(bool).values].mean())
+    if 'retrieved' in table.columns and len(table):
+        s.update(_retrieval_summary(table, _group_key(df, by) if by is not None else None))
+        for g in s.get('per_group', []): g['recall'] = s['recall_by_group'].get(g['group'], float('nan'))
     return table, _summary(t, what, len(df), seconds, **s, **kw)
 
 def eval_open_set(model, # an `NPM` (mode 'npm': phrases; mode 'single': its top token, dense only)
@@ -386,22 +577,34 @@ def eval_open_set(model, # an `NPM` (mode 'npm': phrases; mode 'single': its top
                   by: str | None = None, # macro-average column; default bucket, lang or changed if present
                   batch_size: int = 32,
                  ) -> tuple:
-    "Exact match of NPM's top phrase: `(per-example table, summary)`."
+    "Exact match of NPM's top phrase, and whether the gold was in the blocks it read: `(per-example table, summary)`."
     if mode not in ('bm25', 'dense'): raise ValueError(f"mode={mode!r}: use 'bm25' (the paper's) or 'dense'")
     t, df = _task_rows(task, rows, n)
     if model.mode == 'single' and mode == 'bm25':
         raise ValueError("NPM-single has no BM25-restricted search here: use mode='dense'")
     if mode == 'bm25' and bm25 is None:
         bm25 = BM25Retriever(ds)
+    if mode == 'dense': check_inputs(model, ds, index)  # the bm25 path checks in predict_batch
     queries = df['query'].tolist()
     questions = df['is_question'].astype(bool).tolist() if 'is_question' in df.columns else [None] * len(df)
-    out = [None] * len(df)
+    out, blocks = [None] * len(df), [None] * len(df)
     t0 = time.perf_counter()
     with torch.no_grad():
-        if model.mode == 'single':  # batched: one search for each batch of queries
-            for s0, ch in _chunks(queries, batch_size):
-                res = model.predict_single(ch, ds, k=k, topn=topn, temperature=temperature, index=index, batch_size=batch_size)
-                for j, r in enumerate(res): out[s0 + j] = [(w, p, None) for w, p in r]
+        if mode == 'dense':  # one search per batch; the neighbours give both the answers and the blocks for recall
+            for _, ch in _chunks(list(range(len(df))), batch_size):
+                q = model.encode_queries([queries[i] for i in ch], batch_size)
+                if model.mode == 'single':
+                    sc, rw = neighbours(ds, q, k, index, device=model.device)
+                    for j, i in enumerate(ch):
+                        out[i] = [(w, p, None) for w, p in token_distribution(ds, rw[j], sc[j], temperature, model.fold_case)[:topn]]
+                        blocks[i] = dense_blocks(ds, rw[j], sc[j], restrict_k)
+                    continue
+                sc, rw = neighbours(ds, np.concatenate(q), k, index, device=model.device); m = len(ch)
+                for j, i in enumerate(ch):
+                    r = predict_phrases(ds, q[0][j], q[1][j], rw[j], sc[j], rw[m + j], sc[m + j], topn=topn, l_max=l_max,
+                                        temperature=temperature, alpha=alpha, fold_case=model.fold_case, device=model.device)
+                    out[i] = [(p.text, p.score, p) for p in r]
+                    blocks[i] = dense_blocks(ds, np.r_[rw[j], rw[m + j]], np.r_[sc[j], sc[m + j]], restrict_k)
         else:
             for flag in dict.fromkeys(questions):  # one batch run per BM25 query rule
                 idx = [i for i, f in enumerate(questions) if f == flag]
@@ -411,14 +614,18 @@ def eval_open_set(model, # an `NPM` (mode 'npm': phrases; mode 'single': its top
                                               bm25=bm25 if mode == 'bm25' else None, restrict_k=restrict_k,
                                               question=flag, batch_size=batch_size)
                     for i, r in zip(ch, res): out[i] = [(p.text, p.score, p) for p in r]
-    seconds = time.perf_counter() - t0
+    seconds = time.perf_counter() - t0   # model time; the blocks for recall are looked up again outside it
+    if mode == 'bm25': blocks = [bm25.retrieve(bm25_query(q, f), restrict_k) for q, f in zip(queries, questions)]
+    nb_ = normalized_blocks(ds)
     top = [o[0][2] if o and o[0][2] is not None else None for o in out]
     extra = {'score': [o[0][1] if o else float('nan') for o in out],
              'doc_id': [p.doc_id if p else None for p in top], 'title': [p.title if p else None for p in top],
-             'block': [p.block if p else -1 for p in top], 'snippet': [p.snippet if p else '' for p in top]}
+             'block': [p.block if p else -1 for p in top], 'snippet': [p.snippet if p else '' for p in top],
+             'retrieved': [answer_in_blocks(g, b, nb_) for g, b in zip(df[answers], blocks)],
+             'retrieved_blocks': [list(map(int, b)) for b in blocks]}
     return _open_table(t, df, answers, [[x[0] for x in o] for o in out], f'NPM({model.mode})', seconds, by, extra,
-                       mode=mode, k=k if mode == 'dense' else None, restrict_k=restrict_k if mode == 'bm25' else None,
-                       l_max=l_max, temperature=temperature, alpha=alpha)
+                       mode=mode, k=k if mode == 'dense' else None, restrict_k=restrict_k,
+                       retrieval=f'{mode} top-{restrict_k} blocks', l_max=l_max, temperature=temperature, alpha=alpha)
 
 # %% ../nbs/12_evaluation.ipynb #3b3e6b2f
 def greedy_fill(mlm, tok, # a masked LM and its tokenizer
@@ -462,7 +669,8 @@ def eval_open_set_mlm(mlm, # a `*ForMaskedLM`
                 texts = [with_mask(df['query'][i], ' '.join([tok.mask_token] * L)) for i in ch]
                 for i, p in zip(ch, greedy_fill(mlm, tok, texts, L, max_len)): preds[i] = p
     return _open_table(t, df, answers, [[p] for p in preds], 'MLM' + (' (gold length)' if gold_length else ''),
-                       time.perf_counter() - t0, by, {'n_masks': lengths}, gold_length=gold_length)
+                       time.perf_counter() - t0, by, {'n_masks': lengths}, gold_length=gold_length,
+                       retrieval='none (parametric)')
 
 # %% ../nbs/12_evaluation.ipynb #725fd3c8
 _CAPS = re.compile(r"[A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)*")
@@ -496,10 +704,13 @@ def eval_bm25_only(task, # an open-set task name or Task
     t, df = _task_rows(task, rows, n)
     texts = block_texts(ds)
     questions = df['is_question'].astype(bool).tolist() if 'is_question' in df.columns else [None] * len(df)
-    preds, tops = [], []
+    preds, tops, blocks = [], [], []
     t0 = time.perf_counter()
     for q, f in zip(df['query'], questions):
-        hits = bm25.retrieve(bm25_query(q, f), restrict_k)
+        hits = bm25.retrieve(bm25_query(q, f), restrict_k); blocks.append(hits)
         preds.append(bm25_answer(q, [texts[b] for b in hits])); tops.append(int(hits[0]) if len(hits) else -1)
-    return _open_table(t, df, answers, [[p] for p in preds], 'BM25 only', time.perf_counter() - t0, by,
-                       {'block': tops}, restrict_k=restrict_k)
+    seconds, nb_ = time.perf_counter() - t0, normalized_blocks(ds)
+    return _open_table(t, df, answers, [[p] for p in preds], 'BM25 only', seconds, by,
+                       {'block': tops, 'retrieved': [answer_in_blocks(g, b, nb_) for g, b in zip(df[answers], blocks)],
+                        'retrieved_blocks': [list(map(int, b)) for b in blocks]},
+                       restrict_k=restrict_k, retrieval=f'bm25 top-{restrict_k} blocks')

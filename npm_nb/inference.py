@@ -4,7 +4,7 @@
 
 # %% ../nbs/11_inference.ipynb #6db4992a
 from __future__ import annotations
-import math, warnings
+import math, warnings, json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +18,13 @@ from .index import check_index
 from .search import ExactSearch
 
 # %% auto #0
-__all__ = ['MASK', 'SIDES', 'check_query', 'query_ids', 'encode_queries', 'similarity', 'search_device', 'exact_searcher',
-           'exact_search', 'rescore', 'neighbours', 'TokenTable', 'token_table', 'candidate_spans', 'span_probs',
-           'phrase_texts', 'aggregate_phrases', 'Prediction', 'snippet', 'predict_phrases', 'WordTable', 'word_table',
-           'token_string_table', 'token_strings', 'token_distribution', 'neighbour_word_ids', 'neighbour_words',
-           'label_mass', 'label_probs', 'bm25_query', 'block_texts', 'check_bm25', 'BM25Retriever', 'block_rows',
-           'is_uncased', 'NPM', 'check_search_args', 'as_queries', 'check_verbalizers', 'check_inputs']
+__all__ = ['MASK', 'SIDES', 'BM25_STEMMER', 'check_query', 'query_ids', 'encode_queries', 'similarity', 'search_device',
+           'exact_searcher', 'exact_search', 'rescore', 'neighbours', 'TokenTable', 'token_table', 'candidate_spans',
+           'span_probs', 'phrase_texts', 'aggregate_phrases', 'Prediction', 'snippet', 'predict_phrases', 'WordTable',
+           'word_table', 'token_string_table', 'token_strings', 'token_distribution', 'neighbour_word_ids',
+           'neighbour_words', 'label_mass', 'label_probs', 'bm25_query', 'block_texts', 'check_bm25', 'bm25_stemmer',
+           'BM25Retriever', 'block_rows', 'is_uncased', 'NPM', 'check_search_args', 'as_queries', 'check_verbalizers',
+           'check_inputs']
 
 # %% ../nbs/11_inference.ipynb #010f8067
 def check_query(text) -> str:
@@ -510,23 +511,38 @@ def check_bm25(bm25, # a `BM25Retriever` (None: nothing to check)
                                             'build it on this store: BM25Retriever(ds), or reference_bm25(ds) for the cache')
 
 # %% ../nbs/11_inference.ipynb #08b5924a
-def _stemmer():
-    try:
-        import Stemmer
-        return Stemmer.Stemmer('english')
-    except ImportError: return None
+BM25_STEMMER = 'porter'  # pyserini / Lucene's default English stemmer
+
+def bm25_stemmer(algorithm: str | None = BM25_STEMMER):
+    "The PyStemmer stemmer of `algorithm` (None: no stemming); a clear error naming the fix if PyStemmer is missing."
+    if algorithm is None: return None
+    try: import Stemmer
+    except ImportError as e:
+        raise ImportError("BM25 stems words as pyserini does, with PyStemmer, which is not installed: run "
+                          "`pip install PyStemmer` (it is in settings.ini and environment.yml), or pass stemmer=None "
+                          "to BM25Retriever to run without stemming on purpose") from e
+    return Stemmer.Stemmer(algorithm)
 
 class BM25Retriever:
-    "BM25 over a datastore's blocks (`bm25s`, pyserini defaults k1=0.9, b=0.4)."
+    "BM25 over a datastore's blocks (`bm25s`, pyserini defaults k1=0.9, b=0.4, Porter stemming)."
     def __init__(self, ds=None, # a `Datastore`; None only when loading
-                 k1: float = 0.9, b: float = 0.4, stopwords: str = 'en'):
+                 k1: float = 0.9, b: float = 0.4, stopwords: str = 'en',
+                 stemmer: str | None = BM25_STEMMER): # PyStemmer algorithm (None: no stemming)
+        self.stopwords, self.stemmer_name, self.stemmer, self.store = stopwords, stemmer, bm25_stemmer(stemmer), None
+        if ds is not None: self._index(block_texts(ds), k1, b); self.store = store_fingerprint(ds)
+
+    def _index(self, texts: list, k1: float = 0.9, b: float = 0.4):
         import bm25s
-        self.stopwords, self.stemmer, self.store = stopwords, _stemmer(), None
-        if ds is None: return
-        corpus = bm25s.tokenize(block_texts(ds), stopwords=stopwords, stemmer=self.stemmer, show_progress=False)
+        corpus = bm25s.tokenize(texts, stopwords=self.stopwords, stemmer=self.stemmer, show_progress=False)
         self.bm25 = bm25s.BM25(k1=k1, b=b, method='lucene')
         self.bm25.index(corpus, show_progress=False)
-        self.n_blocks, self.store = len(ds.blocks), store_fingerprint(ds)
+        self.n_blocks = len(texts)
+
+    @classmethod
+    def from_texts(cls, texts: list, # one text per retrievable unit (e.g. blocks not encoded into a datastore)
+                   k1: float = 0.9, b: float = 0.4, stopwords: str = 'en', stemmer: str | None = BM25_STEMMER):
+        "The same BM25 over plain texts; `retrieve` returns their positions."
+        self = cls(None, stopwords=stopwords, stemmer=stemmer); self._index(list(texts), k1, b); return self
 
     def retrieve(self, query: str, # the BM25 query text (see `bm25_query`)
                  k: int = 3) -> np.ndarray:
@@ -541,14 +557,22 @@ class BM25Retriever:
         return np.asarray(docs[0], np.int64)[np.asarray(scores[0]) > 0]
 
     def save(self, path):
-        "Save the BM25 index to the folder `path`."
-        self.bm25.save(str(path)); Path(path, 'n_blocks.txt').write_text(str(self.n_blocks)); _save_record(self, path)
+        "Save the BM25 index to the folder `path`, with the stemmer and stopwords it was built with."
+        self.bm25.save(str(path)); Path(path, 'n_blocks.txt').write_text(str(self.n_blocks))
+        Path(path, 'analyzer.json').write_text(json.dumps(dict(stemmer=self.stemmer_name, stopwords=self.stopwords)))
+        _save_record(self, path)  # last: it records the checksums of the files above
 
     @classmethod
-    def load(cls, path, stopwords: str = 'en'):
-        "Load an index saved with `save`."
+    def load(cls, path, stopwords: str = 'en',
+             stemmer: str | None = BM25_STEMMER): # the stemmer the index must have been built with
+        "Load an index saved with `save`; refuse one built with another stemmer or stopword list."
         import bm25s
-        self = cls(None, stopwords=stopwords); _load_record(self, path)
+        self = cls(None, stopwords=stopwords, stemmer=stemmer); _load_record(self, path)
+        f = Path(path, 'analyzer.json')
+        rec = json.loads(f.read_text()) if f.exists() else {'stemmer': 'unrecorded', 'stopwords': 'unrecorded'}
+        if rec != dict(stemmer=stemmer, stopwords=stopwords):
+            raise ValueError(f"BM25 index {path} was built with {rec}, not stemmer={stemmer!r}, stopwords={stopwords!r}: "
+                             "rebuild it (delete the folder) or load it with the settings it was built with")
         try: self.bm25 = bm25s.BM25.load(str(path)); self.n_blocks = int(Path(path, 'n_blocks.txt').read_text())
         except Exception as e: raise ValueError(f"the BM25 index {path} is damaged ({type(e).__name__}: {str(e)[:160]}): "
                                                 f"{_BM25_FIX}") from e

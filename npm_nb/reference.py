@@ -4,21 +4,24 @@
 
 # %% ../nbs/12a_reference.ipynb #0397d69d
 from __future__ import annotations
-import os, shutil, warnings
+import os, re, json, hashlib, shutil, warnings
+from functools import lru_cache
 import numpy as np, datasets
 from pathlib import Path
 from transformers import AutoModelForMaskedLM
 from .storage import data_dir, read_json, hold_lock
 from .models import load_tokenizer, default_device, encoder_fingerprint
 from .corpora import load_corpus, CORPORA
-from .tasks import load_task_corpus
+import pandas as pd
+from .tasks import load_task_corpus, load_task, normalize_answer
 from .training import checkpoint_dir
 from .datastore import Datastore, store_fingerprint
 from .inference import NPM, BM25Retriever
 
 # %% auto #0
-__all__ = ['MODEL_ROWS', 'trained_path', 'load_row_model', 'store_key', 'reference_corpus', 'store_path', 'reference_datastore',
-           'reference_bm25']
+__all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'trained_path', 'load_row_model', 'store_key', 'drop_matches', 'reference_corpus',
+           'subject_documents', 'evaluated_texts', 'open_examples', 'open_selection', 'plain_blocks', 'store_path',
+           'reference_datastore', 'reference_bm25']
 
 # %% ../nbs/12a_reference.ipynb #2c213e56
 MODEL_ROWS = {'npm': 'NPM (ours, trained)', 'single': 'NPM-single (ours, trained)',
@@ -38,7 +41,7 @@ def load_row_model(row: str, # one of MODEL_ROWS
                    profile: str = 'smoke', # whose checkpoints
                    base: str = 'minilm', # the init encoder
                    device: str | None = None):
-    "The model of one table row: an `NPM` (npm, single, init, init_single) or `(masked_lm, tok)` (mlm)."
+    "The model of one table row: an `NPM` (npm, single, init, init_single) or `(masked_lm, tok)` (mlm); `base` is the init's encoder."
     if row not in MODEL_ROWS: raise KeyError(f"unknown row {row!r}: use one of {list(MODEL_ROWS)}")
     device = device or default_device()
     if row == 'mlm':
@@ -55,36 +58,210 @@ def store_key(row: str) -> str:
 def _corpus(name: str):
     return load_task_corpus('translation') if name == 'translation' else load_corpus(name)
 
-def _budget_subset(docs, budget: int, tok, seed: int):
+def _column(d, name: str) -> list:
+    "A column as a list, read at once (iterating a datasets column reads row by row: ~1,000x slower)."
+    return d.select_columns([name])[:][name]
+
+def _budget_indices(docs, budget: int, tok, seed: int, skip=None, chunk: int = 64) -> tuple:
+    "Sorted row numbers of a seeded random subset of `docs` whose tokens fit `budget` (none `skip(texts)` flags), and the tokens used."
     order, keep, used = np.random.default_rng(seed).permutation(len(docs)), [], 0
-    for s in range(0, len(order), 512):
-        idx = order[s:s + 512].tolist()
-        lens = [len(x) for x in tok([t or '' for t in docs.select(idx)['text']], add_special_tokens=False)['input_ids']]
+    for s in range(0, len(order), chunk):
+        idx = order[s:s + chunk].tolist(); texts = [t or '' for t in _column(docs.select(idx), 'text')]
+        if skip is not None:
+            ok = ~skip(texts); idx, texts = [i for i, o in zip(idx, ok) if o], [t for t, o in zip(texts, ok) if o]
+        lens = [len(x) for x in tok(texts, add_special_tokens=False)['input_ids']] if texts else []
+        added = 0
         for i, n in zip(idx, lens):
             if used + n > budget and keep: continue
-            keep.append(i); used += n
-        if used >= budget: break
-    return docs.select(sorted(keep)), used
+            keep.append(i); used += n; added += 1
+        if used >= budget or (texts and not added): break   # full, or nothing of a whole chunk fits the rest
+    return sorted(keep), used
+
+def _words(s: str) -> tuple: return tuple(re.sub(r'[^0-9a-z]+', ' ', (s or '').lower()).split())
+
+def _drop_index(drop, probe: int) -> tuple:
+    whole, long = set(), {}
+    for d in drop:
+        w = _words(d)
+        if w: whole.add(w)
+        if len(w) >= probe: long.setdefault(w[:probe], []).append(w)
+    return whole, long
+
+def drop_matches(texts, # the candidate documents' texts
+                 drop, # texts that must not be selected (or a prepared `_drop_index`)
+                 probe: int = 8, # drop texts of at least this many words are also found inside longer documents
+                ) -> np.ndarray:
+    "Boolean mask over `texts`: True where a text equals a `drop` text, or contains one of >= `probe` words (case, punctuation, spacing ignored)."
+    whole, long = drop if isinstance(drop, tuple) else _drop_index(drop, probe)
+    out = np.zeros(len(texts), bool)
+    for i, t in enumerate(texts):
+        w = _words(t)
+        if w in whole: out[i] = True; continue
+        for j in range(len(w) - probe + 1) if long else ():
+            if any(w[j:j + len(f)] == f for f in long.get(w[j:j + probe], ())): out[i] = True; break
+    return out
+
+def _size(name: str) -> float:
+    "A corpus's MiniLM tokens from its build record (infinite when unknown): budget shares go to the smallest first."
+    try: return float(json.loads((Path(_corpus(name).cache_files[0]['filename']).parent/'build.json').read_text())['tokens'])
+    except Exception: return float('inf')
 
 def reference_corpus(names, # corpus names (`npm_nb.corpora.CORPORA`, or 'translation')
                      max_tokens: int | None = None, # total MiniLM-token budget, shared equally; None = everything
-                     seed: int = 0, tok=None):
-    "The documents of `names` (columns id, title, text, source), each corpus capped to its share of `max_tokens`."
+                     seed: int = 0, tok=None,
+                     keep=None, # document ids always selected (their tokens count first against the budget)
+                     drop=None, # texts never selected (see `drop_matches`), e.g. the evaluated examples
+                    ):
+    "The documents of `names` (columns id, title, text, source): `keep` always, no `drop` match, the rest a seeded subset within `max_tokens`."
     names = [names] if isinstance(names, str) else list(names)
+    key = (tuple(names), max_tokens, seed, getattr(tok, 'name_or_path', None), _digest(keep or ()),
+           _digest(' '.join(_words(t)) for t in (drop or ())))
+    if key in _SELECTIONS: return _SELECTIONS[key]   # the same selection for another encoder's store: made once
+    _SELECTIONS[key] = out = _select(names, max_tokens, seed, tok, keep, drop)
+    return out
+
+_SELECTIONS = {}
+
+def _digest(xs) -> str:
+    return hashlib.sha1('\n'.join(sorted(set(map(str, xs)))).encode()).hexdigest()[:8]
+
+def _select(names, max_tokens, seed, tok, keep, drop):
     bad = [n for n in names if n not in CORPORA and n != 'translation']
     if bad: raise KeyError(f"unknown corpus {bad}: use names from {sorted(CORPORA)} or 'translation'")
-    tok, parts = tok or load_tokenizer('minilm'), []
+    tok, keep, drop = tok or load_tokenizer('minilm'), set(keep or ()), list(drop or ())
+    skip = (lambda texts, ix=_drop_index(drop, 8): drop_matches(texts, ix)) if drop else None
+    corpora, kept, used = {}, {}, 0
     for n in names:
         d = _corpus(n).select_columns(['id', 'title', 'text', 'source'])
-        if max_tokens: d, _ = _budget_subset(d, max_tokens // len(names), tok, seed)
-        parts.append(d.cast(d.features))
-    return datasets.concatenate_datasets(parts)
+        d = d.cast(d.features)
+        if skip and not max_tokens: d = d.select(np.flatnonzero(~skip(_column(d, 'text'))).tolist())   # everything: check all
+        kept[n] = [i for i, x in enumerate(_column(d, 'id')) if x in keep]
+        if skip and kept[n]: kept[n] = [i for i, bad in zip(kept[n], skip(_column(d.select(kept[n]), 'text'))) if not bad]
+        if kept[n] and max_tokens:
+            used += sum(len(x) for x in tok([t or '' for t in _column(d.select(kept[n]), 'text')], add_special_tokens=False)['input_ids'])
+        corpora[n] = d
+    if not max_tokens: return datasets.concatenate_datasets([corpora[n] for n in names])
+    budget, parts = max(0, max_tokens - used), {}
+    for k, n in enumerate(sorted(names, key=_size)):   # smallest first: a corpus below its share passes the rest on
+        d, share = corpora[n], budget // (len(names) - k)
+        rest = np.setdiff1d(np.arange(len(d)), kept[n])
+        idx, u = _budget_indices(d.select(rest.tolist()), share, tok, seed, skip) if share > 0 and len(rest) else ([], 0)
+        parts[n] = d.select(sorted(kept[n] + rest[idx].tolist())); budget -= u
+    return datasets.concatenate_datasets([parts[n] for n in names])
+
+# %% ../nbs/12a_reference.ipynb #3873c240
+_PUNCT = str.maketrans('', '', __import__('string').punctuation)
+
+def _normalize_all(texts) -> str:
+    "`normalize_answer` of every text at once (one regex pass), joined by ' \x00 '."
+    big = ' \x00 '.join(t or '' for t in texts).lower().translate(_PUNCT)
+    return re.sub(r'[^\S\x00]+', ' ', re.sub(r'\b(a|an|the)\b', ' ', big))
+
+@lru_cache(maxsize=16)
+def _title_index(name: str) -> tuple:
+    "(normalised title → ids, ids) of a corpus; a WordNet title is one key per lemma, parentheses dropped."
+    d = _corpus(name); ids = _column(d, 'id'); parts, owner = [], []
+    for j, t in enumerate(_column(d, 'title')):
+        for p in ((t or '').split(', ') if name == 'wordnet' else [t or '']):
+            parts.append(p); owner.append(j)
+            if '(' in p: parts.append(re.sub(r'\s*\(.*?\)', '', p)); owner.append(j)
+    by_title = {}
+    for j, k in zip(owner, _normalize_all(parts).split('\x00')):
+        if (k := k.strip()): by_title.setdefault(k, []).append(ids[j])
+    return by_title, ids
+
+@lru_cache(maxsize=4)
+def _mention_text(name: str) -> tuple:
+    "(all texts of a corpus normalised as `normalize_answer` does, joined by ' \x00 ', start offset of each text)."
+    big = _normalize_all(_column(_corpus(name), 'text'))
+    return big, np.concatenate([[0], np.flatnonzero(np.frombuffer(big.encode('utf-32-le'), np.uint32) == 0) + 1])
+
+def subject_documents(subjects, # the evaluated subjects (e.g. a task's `subject` column)
+                      names, # reference corpus names
+                      max_mentions: int = 3, # documents kept for a subject that no title names
+                     ) -> dict:
+    "Subject → ids of its documents in `names`: those titled with it, else the `max_mentions` that mention it most."
+    names = [names] if isinstance(names, str) else list(names)
+    out = {}
+    for s in dict.fromkeys(subjects):
+        k = normalize_answer(s or '')
+        if not k: out[s] = []; continue
+        hits = [i for n in names for i in _title_index(n)[0].get(k, [])]
+        if not hits:
+            counts = {}
+            for n in names:
+                ids, (text, starts), key, p = _title_index(n)[1], _mention_text(n), f' {k} ', 0
+                while (p := text.find(key, p)) >= 0 and len(counts) < 10_000:
+                    i = ids[int(np.searchsorted(starts, p, 'right')) - 1]; counts[i] = counts.get(i, 0) + 1; p += 1
+            hits = sorted(counts, key=lambda i: -counts[i])[:max_mentions]
+        out[s] = list(dict.fromkeys(hits))
+    return out
+
+def evaluated_texts(tasks, # closed-set task names
+                    n: int | None = None, # examples per task, seeded as `npm_nb.evaluation` draws them (None: all)
+                   ) -> list:
+    "The texts (and second sentences) of the examples a closed-set run scores on `tasks`."
+    from npm_nb.evaluation import _task_rows
+    out = []
+    for t in ([tasks] if isinstance(tasks, str) else tasks):
+        df = _task_rows(t, None, n)[1]
+        out += [x for c in ('text', 'text_b') if c in df.columns for x in df[c] if isinstance(x, str) and x.strip()]
+    return out
+
+# %% ../nbs/12a_reference.ipynb #dcc69ec9
+OPEN_TASKS = ('lama_geo', 'questions_geo', 'lama_wordnet', 'lama_commonsense')
+
+def _per_bucket(df: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
+    if not n: return df.reset_index(drop=True)
+    parts = [g.sample(min(len(g), n), random_state=seed) for _, g in df.groupby(df.bucket.clip(upper=4))]
+    return pd.concat(parts).sort_index().reset_index(drop=True)
+
+def open_examples(tasks=OPEN_TASKS, # open-set task names
+                  per_bucket: int | None = None, # at most this many test rows per bucket 1/2/3/4+ (None: all)
+                  seed: int = 0,
+                  same_facts: bool = True, # questions_geo asks the facts sampled for lama_geo (when both are asked for)
+                 ) -> dict:
+    "Task → DataFrame of the evaluated rows: a seeded per-bucket sample of each task's test split."
+    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    out = {}
+    for t in sorted(tasks, key=lambda t: t != 'lama_geo'):   # lama_geo first: questions_geo may mirror it
+        df = load_task(t).to_pandas()
+        if same_facts and t == 'questions_geo' and 'lama_geo' in out:
+            facts = set(zip(out['lama_geo'].relation, out['lama_geo'].subject))
+            out[t] = df[[f in facts for f in zip(df.relation, df.subject)]].reset_index(drop=True)
+        else: out[t] = _per_bucket(df, per_bucket, seed)
+    return {t: out[t] for t in tasks}
+
+def open_selection(names, # reference corpus names
+                   tasks=OPEN_TASKS, per_bucket: int | None = None, seed: int = 0, # as `open_examples`
+                   max_mentions: int = 3, # as `subject_documents`
+                  ) -> tuple:
+    "`(examples by task, subject → its document ids, the sorted ids to keep)` of an open-set evaluation."
+    ex = open_examples(tasks, per_bucket, seed)
+    subj = subject_documents([s for d in ex.values() for s in d.subject], names, max_mentions)
+    return ex, subj, sorted({i for v in subj.values() for i in v})
+
+def plain_blocks(docs, # documents (a Dataset with `text`)
+                 tok, max_len: int = 256) -> list:
+    "The texts of the blocks a datastore of `docs` holds (`Datastore.build`'s blocking), without encoding anything."
+    from npm_nb.blocks import build_blocks
+    bl, texts = build_blocks(docs, tok, max_len=max_len, progress=False)[:], _column(docs, 'text')
+    out = []
+    for di, cs, ce in zip(bl['doc_index'], bl['char_start'], bl['char_end']):
+        di, cs, ce = np.asarray(di), np.asarray(cs), np.asarray(ce); parts = []
+        for d in dict.fromkeys(di[cs >= 0].tolist()):
+            sel = (di == d) & (cs >= 0); parts.append(texts[d][cs[sel].min():ce[sel].max()])
+        out.append('\n'.join(parts))
+    return out
 
 # %% ../nbs/12a_reference.ipynb #24e97616
-def store_path(profile: str, key: str, names, max_tokens=None, remove_stopwords: bool = False, seed: int = 0) -> Path:
+def store_path(profile: str, key: str, names, max_tokens=None, remove_stopwords: bool = False, seed: int = 0,
+               keep=None, drop=None) -> Path:
     "Where the datastore of this encoder row and corpus selection is cached."
     names = [names] if isinstance(names, str) else list(names)
     sel = '+'.join(names) + f"-{max_tokens or 'all'}" + (f'-s{seed}' if seed else '') + ('-nostop' if remove_stopwords else '')
+    if keep: sel += f'-keep{len(set(keep))}x{_digest(keep)}'
+    if drop: sel += f"-drop{len(set(drop))}x{_digest(' '.join(_words(t)) for t in drop)}"
     return data_dir('cache', 'datastores', profile, key, sel)
 
 def reference_datastore(model: NPM, # the row's model (its encoder fills the store)
@@ -92,15 +269,17 @@ def reference_datastore(model: NPM, # the row's model (its encoder fills the sto
                         names, # reference corpus names
                         profile: str = 'smoke',
                         max_tokens: int | None = None, remove_stopwords: bool = False, seed: int = 0,
-                        max_len: int = 256, batch_size: int = 32, progress: bool = True) -> Datastore:
-    "The cached datastore, built (resumably) from `reference_corpus(names, max_tokens)` on first use."
+                        max_len: int = 256, batch_size: int = 32, progress: bool = True,
+                        keep=None, drop=None, # see `reference_corpus`
+                       ) -> Datastore:
+    "The cached datastore, built (resumably) from `reference_corpus(names, max_tokens, keep=, drop=)` on first use."
     fp = encoder_fingerprint(model.encoder)[:8]  # a retrained model gets its own store, never a stale one
-    path = store_path(profile, f'{key}-{fp}', names, max_tokens, remove_stopwords, seed)
+    path = store_path(profile, f'{key}-{fp}', names, max_tokens, remove_stopwords, seed, keep, drop)
     if (path/'manifest.json').exists() and not (path/'pending').exists() and read_json(path/'manifest.json').get('parts'):
         # finished: the path names the corpus selection, no need to re-select it; `load` checks encoder and tokenizer
         # against the manifest, and the checksums the first time this process opens the store
         return Datastore.load(path, model.encoder, model.tok)
-    docs = reference_corpus(names, max_tokens, seed, model.tok)
+    docs = reference_corpus(names, max_tokens, seed, model.tok, keep=keep, drop=drop)
     return Datastore.build(docs, model.encoder, model.tok, path, max_len=max_len, batch_size=batch_size,
                            remove_stopwords=remove_stopwords, source='+'.join([names] if isinstance(names, str) else names),
                            progress=progress)
