@@ -272,6 +272,8 @@ class NPMResources:
 class _LastSearch:
     "An index that remembers its last search: the explorer's distributions and `NPM.predict` ask for the same neighbours."
     def __init__(self, index): self.index, self._last = index, (None, None)
+    def __len__(self): return len(self.index)
+    def __getattr__(self, name): return getattr(self.index, name)  # params, device, ...: the wrapped index's
     def search(self, q, k):
         key = (np.asarray(q).tobytes(), k)
         if self._last[0] != key: self._last = (key, self.index.search(q, k))

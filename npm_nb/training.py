@@ -417,9 +417,10 @@ def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
                          f"{state['init_fingerprint']}, model {state.get('model')!r}) but this run starts from "
                          f"{init_fingerprint} (model {cfg.model!r}); use another out_dir, or resume=False "
                          "(command line: --no-resume) to start over")
-    default = json.loads(json.dumps(asdict(TrainConfig())))  # a field added since the checkpoint: it ran with the default
-    diff = {k: (old.get(k, default[k]), v) for k, v in json.loads(json.dumps(asdict(cfg))).items()
-            if k not in _FREE_FIELDS and old.get(k, default[k]) != v}
+    try: default = json.loads(json.dumps(asdict(type(cfg)())))  # a field added since the checkpoint: it ran with the default
+    except TypeError: default = {}  # a config class without defaults for every field
+    diff = {k: (old.get(k, default.get(k)), v) for k, v in json.loads(json.dumps(asdict(cfg))).items()
+            if k not in _FREE_FIELDS and old.get(k, default.get(k)) != v}
     if diff:
         raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
                          "use the same settings, another out_dir, or resume=False (command line: --no-resume) to start over")
