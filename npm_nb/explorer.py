@@ -143,10 +143,10 @@ FIGURE1_DOCS = {'id': ['thessaloniki', 'athens', 'banpo', 'hotel', 'chair', 'fil
 for _e in [CorpusEntry('figure1', "Figure 1's examples (7 short documents written for this chapter)", docs=FIGURE1_DOCS),
            CorpusEntry('open', 'Factbook 2025 + Wikipedia + WordNet (the open-set reference corpus of 05_open_set)',
                        ('factbook2025', 'wikipedia', 'wordnet'), {'smoke': 10_000, 'cpu': 300_000, 'gpu': 0}),
-           CorpusEntry('sentiment', 'IMDB + Fine Foods reviews (the sentiment reference corpus of 04_closed_set)',
-                       ('imdb', 'finefoods'), {'smoke': 5_000, 'cpu': 150_000, 'gpu': 2_000_000}),
-           CorpusEntry('topic', 'Wikipedia + Factbook + WordNet + Brown (the topic reference corpus of 04_closed_set)',
-                       ('wikipedia', 'factbook2025', 'wordnet', 'brown'), {'smoke': 5_000, 'cpu': 150_000, 'gpu': 2_000_000}),
+           CorpusEntry('sentiment', 'IMDB + Fine Foods reviews + VADER snippets (the sentiment reference corpora of 04_closed_set)',
+                       ('imdb', 'finefoods', 'vader'), {'smoke': 5_000, 'cpu': 300_000, 'gpu': 2_000_000}),
+           CorpusEntry('topic', 'BBC news + Wikipedia (the topic reference corpora of 04_closed_set)',
+                       ('bbc', 'wikipedia'), {'smoke': 5_000, 'cpu': 300_000, 'gpu': 2_000_000}),
            CorpusEntry('pasted', 'Your own text (paste it below)', pasted=True)]:
     register_corpus(_e)
 
