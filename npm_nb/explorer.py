@@ -273,7 +273,9 @@ class _LastSearch:
     "An index that remembers its last search: the explorer's distributions and `NPM.predict` ask for the same neighbours."
     def __init__(self, index): self.index, self._last = index, (None, None)
     def __len__(self): return len(self.index)
-    def __getattr__(self, name): return getattr(self.index, name)  # params, device, ...: the wrapped index's
+    def __getattr__(self, name):  # params, device, ...: the wrapped index's
+        if name == 'index': raise AttributeError(name)  # not set yet (copy, pickle): no recursion
+        return getattr(self.index, name)
     def search(self, q, k):
         key = (np.asarray(q).tobytes(), k)
         if self._last[0] != key: self._last = (key, self.index.search(q, k))
