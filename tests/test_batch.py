@@ -37,7 +37,7 @@ def test_run_folder_failure_and_resume(ws):
     run = Path(st['run_dir'])
     assert run.parent == ws['res']/'runs'/'tiny'
     assert {p.name for p in run.iterdir() if p.is_file()} == {'01_a.ipynb', '02_b.ipynb', '03_fails.ipynb', 'config.yaml',
-                                                             'env.json', 'status.json'}
+                                                             'env.json', 'status.json', '.started-here'}
     cfg = yaml.safe_load((run/'config.yaml').read_text())
     assert cfg['steps']['01_a']['params'] == {'profile': 'tiny', 'n': 2, 'lr': 0.5}
     assert cfg['steps']['02_b']['params'] == {'profile': 'tiny', 'device': 'cpu'}
@@ -87,6 +87,13 @@ def test_new_run_and_changed_params(ws):
     s = json.loads(status_path.read_text()); s['steps']['02_b']['state'] = 'failed'; status_path.write_text(json.dumps(s))
     assert main(['one', '--new'] + ws['cli']) == 0
     assert len(list((ws['res']/'runs'/'one').glob('2*'))) == 3
+    # an unfinished run that this checkout did not start (committed results in a fresh clone) is never resumed
+    st4 = Path(run_batch('one', **ws['kw'])['run_dir'])   # the --new run finished: a 4th run
+    s = json.loads((st4/'status.json').read_text()); s['steps']['02_b']['state'] = 'interrupted'; (st4/'status.json').write_text(json.dumps(s))
+    (st4/'.started-here').unlink()
+    st5 = run_batch('one', **ws['kw'])
+    assert Path(st5['run_dir']) != st4 and states(st5) == {'01_a': 'done', '02_b': 'done'}
+    assert not st5['steps']['01_a'].get('cached') and (Path(st5['run_dir'])/'.started-here').exists()
 
 def test_failure_exit_code_and_summary(ws, capsys):
     (ws['pa']/'bad.yaml').write_text('params: {device: cpu}\nnotebooks:\n  01_a: {enabled: false}\n  02_b: {enabled: false}\n')
@@ -148,3 +155,16 @@ def test_smoke_batch(tmp_path, monkeypatch):
     bad = {n: s.get('error') for n, s in st['steps'].items() if s['state'] != 'done'}
     assert not bad, f'smoke steps did not finish: {bad}'
     assert (tmp_path/'results'/'README.md').exists()
+
+def test_profile_extends(ws):
+    "`extends: tiny` reads base, then tiny, then the child; a cycle is an error that names it."
+    (ws['pa']/'child.yaml').write_text("extends: tiny\nnotebooks:\n  01_a:\n    params: {lr: 0.25}\n  03_fails: {enabled: false}\n")
+    cfg = load_profile('child', ws['pa'])
+    assert cfg['profile'] == 'child' and cfg['params'] == {'device': 'cpu'}                # tiny's device, not base's
+    assert cfg['notebooks']['01_a']['params'] == {'n': 2, 'lr': 0.25}                      # tiny's n, the child's lr
+    assert cfg['notebooks']['03_fails']['enabled'] is False and cfg['notebooks']['02_b']['after'] == ['01_a']
+    (ws['pa']/'loop.yaml').write_text("extends: loop2\n"); (ws['pa']/'loop2.yaml').write_text("extends: loop\n")
+    with pytest.raises(BatchError, match='cycle'): load_profile('loop', ws['pa'])
+    # the real cpu-long profile is cpu plus its own steps
+    long, cpu = load_profile('cpu-long', ROOT/'params'), load_profile('cpu', ROOT/'params')
+    assert long['notebooks']['05_open_set'] == cpu['notebooks']['05_open_set'] and long['notebooks']['09_recipe']['enabled']
