@@ -23,10 +23,10 @@ from .losses import start_end_loss, single_loss
 # %% auto #0
 __all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'training_blocks', 'BatchStream', 'mask_seed',
            'training_batches', 'prepare_batch', 'unmasked_inputs', 'StreamItems', 'batch_loader', 'TwoViews',
-           'gather_candidates', 'mlm_head', 'MaskedLM', 'batch_loss', 'make_optimizer', 'amp_setup', 'save_checkpoint',
-           'clean_stale_checkpoints', 'list_checkpoints', 'prune_checkpoints', 'link_final', 'DamagedCheckpoint',
-           'check_resume', 'resume_point', 'init_model', 'TrainingDeadline', 'train', 'retrieval_eval', 'mlm_eval',
-           'fill_mask', 'config_from_args', 'main']
+           'gather_candidates', 'mlm_head', 'MaskedLM', 'batch_loss', 'make_optimizer', 'cpu_bf16_native', 'amp_setup',
+           'save_checkpoint', 'clean_stale_checkpoints', 'list_checkpoints', 'prune_checkpoints', 'link_final',
+           'DamagedCheckpoint', 'check_resume', 'resume_point', 'init_model', 'TrainingDeadline', 'train',
+           'retrieval_eval', 'mlm_eval', 'fill_mask', 'config_from_args', 'main']
 
 # %% ../nbs/08_training.ipynb #bf11367d
 PAPER_CONFIG = dict(lr=3e-5, weight_decay=0.01, warmup=4000, steps=100_000, clip=2.0, batch_size=512, max_len=256,
@@ -59,7 +59,7 @@ class TrainConfig:
     log_every: int = 10
     save_every: int = 100
     keep_last: int = 2  # checkpoints kept (the final one always)
-    amp: str = 'auto'  # 'auto' (bf16 or fp16 on CUDA, off on CPU), 'bf16', 'fp16', 'none'
+    amp: str = 'auto'  # 'auto' (bf16 or fp16 on CUDA, fp32 on CPU), 'bf16' (CUDA or CPU), 'fp16' (CUDA), 'none'
     max_blocks: int | None = None  # cap on blocks per corpus (None or 0: all)
     batching: str = 'consecutive'  # 'consecutive' blocks of one source (the paper's document grouping) or 'random' blocks of one source
     candidate_grad: bool = True  # NPM / NPM-single: backpropagate through the candidate (unmasked) pass, as the paper does
@@ -325,12 +325,23 @@ def _bf16_native() -> bool:
     try: return torch.cuda.is_bf16_supported(including_emulation=False)
     except TypeError: return torch.cuda.get_device_capability()[0] >= 8  # a torch without the argument
 
+def cpu_bf16_native() -> bool:
+    "Whether this CPU computes bf16 matrix products natively (AVX512-BF16 or AMX, through oneDNN)."
+    try: return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError): return False
+
 def amp_setup(amp: str, device: str):
     "`(autocast context factory, GradScaler)` for `amp` on `device`."
-    if not str(device).startswith('cuda') or amp == 'none':
-        return contextlib.nullcontext, torch.amp.GradScaler('cpu', enabled=False)
+    off = contextlib.nullcontext, torch.amp.GradScaler('cpu', enabled=False)
+    if amp == 'none': return off
+    if not str(device).startswith('cuda'):
+        if amp == 'auto': return off  # fp32 on the CPU unless bf16 is asked for
+        if amp == 'fp16': raise ValueError("amp='fp16' is for CUDA: on the CPU use amp='bf16' (fast where the CPU has "
+                                           "AVX512-BF16 or AMX) or amp='none'")
+        if not cpu_bf16_native(): warnings.warn("amp='bf16' on a CPU without native bf16 (AVX512-BF16 / AMX): it is "
+                                                "emulated and likely slower than fp32; use amp='none'")
+        return functools.partial(torch.autocast, 'cpu', dtype=torch.bfloat16), off[1]
     dtype = torch.bfloat16 if amp == 'bf16' or (amp == 'auto' and _bf16_native()) else torch.float16
-    import functools
     return functools.partial(torch.autocast, 'cuda', dtype=dtype), torch.amp.GradScaler('cuda', enabled=dtype == torch.float16)
 
 # %% ../nbs/08_training.ipynb #34cb6df1
