@@ -146,6 +146,7 @@ def gap_text(a: str, b: str, # what is compared: "a − b"
              unit: str = 'points') -> str:
     "A reading of `a − b`: who is ahead, by how much ± SE, and whether that clears two standard errors."
     if not (np.isfinite(gap) and np.isfinite(se)): return f"{a} vs {b}: not measured"
+    if se == 0 and gap == 0: return f"{a} and {b} do not differ on any example"
     z = abs(gap) / se if se > 0 else float('inf')
     if z >= 2: return f"{a} {'beats' if gap > 0 else 'trails'} {b} by {abs(gap):.1f} ± {se:.1f} {unit} ({z:.1f} SE)"
     return f"{a} and {b} are within noise ({gap:+.1f} ± {se:.1f} {unit}, {z:.1f} SE)"
