@@ -119,7 +119,10 @@ def apply_overrides(cfg: dict, # a merged profile from `load_profile`
                 raise BatchError(f"-p {name}: profile {cfg['profile']!r} has no notebook {nb!r}; "
                                  f"its notebooks: {', '.join(cfg['notebooks'])}.")
             cfg['notebooks'][nb] = deep_merge(cfg['notebooks'][nb], {'params': {key: v}})
-        else: cfg['params'] = {**cfg['params'], name: v}
+        else:  # every notebook declaring it; a notebook's own profile value would otherwise win over the command line
+            cfg['params'] = {**cfg['params'], name: v}
+            for nb, spec in cfg['notebooks'].items():
+                if name in (spec.get('params') or {}): cfg['notebooks'][nb] = deep_merge(spec, {'params': {name: v}})
     cfg.setdefault('overrides', []).extend(f'{n}={v}' for n, v in overrides)
     return cfg
 

@@ -168,3 +168,17 @@ def test_profile_extends(ws):
     # the real cpu-long profile is cpu plus its own steps
     long, cpu = load_profile('cpu-long', ROOT/'params'), load_profile('cpu', ROOT/'params')
     assert long['notebooks']['05_open_set'] == cpu['notebooks']['05_open_set'] and long['notebooks']['09_recipe']['enabled']
+    # ... and the recipe profile is cpu-long's 09_recipe alone, without the sweep and with a shorter run B
+    rec = load_profile('recipe', ROOT/'params')
+    assert [n for n, v in rec['notebooks'].items() if v.get('enabled', True)] == ['09_recipe']
+    r, l = rec['notebooks']['09_recipe']['params'], long['notebooks']['09_recipe']['params']
+    assert r == {**l, 'sweep_steps': 0, 'b_steps': 1000} and l['sweep_steps'] > 0
+
+def test_shared_override_wins_over_notebook_params(ws):
+    "`-p lr 0.3` (no notebook named) beats a notebook's own profile value, as `-p 01_a.lr 0.3` does; other notebooks keep theirs."
+    cfg = load_profile('tiny', ws['pa'])
+    assert cfg['notebooks']['01_a']['params']['lr'] == 0.5
+    for name in ('lr', '01_a.lr'):
+        steps = {s['name']: s['params'] for s in plan(apply_overrides(cfg, [(name, '0.3')]), ws['ex'])}
+        assert steps['01_a']['lr'] == 0.3 and steps['01_a']['n'] == 2
+    assert cfg['notebooks']['01_a']['params']['lr'] == 0.5  # the loaded profile is not changed
