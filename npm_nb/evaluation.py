@@ -13,7 +13,7 @@ from .tasks import normalize_answer, get_task, make_query, with_mask, subsample_
 from .fetch import raw_file
 from .datastore import STOPWORDS
 from .inference import (BM25Retriever, block_texts, bm25_query, check_bm25, check_inputs, neighbours, predict_phrases,
-                              token_distribution, token_table)
+                              similarity, token_distribution, token_table)
 
 # %% auto #0
 __all__ = ['EVALUATIVE_HEADS', 'JUDGEMENT_EXTRA', 'exact_match', 'group_em', 'macro_em', 'accuracy', 'majority_baseline',
@@ -22,7 +22,8 @@ __all__ = ['EVALUATIVE_HEADS', 'JUDGEMENT_EXTRA', 'exact_match', 'group_em', 'ma
            'load_wordnet', 'judgement_words', 'token_pieces', 'is_single_token', 'check_verbalizer',
            'single_token_words', 'balance', 'plain_verbalizer', 'fuzzy_candidates', 'fuzzy_verbalizer',
            'eval_closed_set', 'word_id', 'eval_closed_set_mlm', 'normalized_blocks', 'answer_in_blocks', 'dense_blocks',
-           'eval_open_set', 'greedy_fill', 'eval_open_set_mlm', 'bm25_answer', 'eval_bm25_only']
+           'eval_open_set', 'greedy_fill', 'eval_open_set_mlm', 'bm25_answer', 'eval_bm25_only', 'document_names',
+           'translation_name_choice']
 
 # %% ../nbs/12_evaluation.ipynb #24fdc084
 def exact_match(pred: str | None, # the predicted answer (None: no prediction)
@@ -715,3 +716,65 @@ def eval_bm25_only(task, # an open-set task name or Task
                        {'block': tops, 'retrieved': [answer_in_blocks(g, b, nb_) for g, b in zip(df[answers], blocks)],
                         'retrieved_blocks': [list(map(int, b)) for b in blocks]},
                        restrict_k=restrict_k, retrieval=f'bm25 top-{restrict_k} blocks')
+
+# %% ../nbs/12_evaluation.ipynb #c549ca10
+_TRANSLATION_QUERY = re.compile(r'^The (?P<language>.+) translation of (?P<subject>.+) is: \[MASK\]\.$')
+
+def document_names(text: str, # a document of the translation corpus: "<title> (<Language>: <name>; ...) is ..."
+                   title: str, # its title (the English name it starts with)
+                  ) -> list:
+    "`(language, char_start, char_end)` of each name in a rendered translation document ([] if it has another form)."
+    head, tail = f'{title} (', text.rfind(') is ')
+    if not text.startswith(head) or tail < len(head): return []
+    out, pos = [], len(head)
+    for part in text[len(head):tail].split('; '):
+        lang, sep, name = part.partition(': ')
+        if sep and name: out.append((lang, pos + len(lang) + 2, pos + len(part)))
+        pos += len(part) + 2
+    return out
+
+def translation_name_choice(model, # an `NPM` (mode 'npm')
+                            ds, # its datastore of the translation corpus (`reference_corpus(['translation'])`)
+                            task='translation', rows=None, n: int | None = None,
+                            queries=None, # precomputed `(q_start, q_end)` [Q, h] each; default: encoded by `model`
+                            batch_size: int = 32,
+                           ) -> tuple:
+    "Which name of the subject's own document NPM's span score puts first: `(per-example table, summary)`."
+    t, df = _task_rows(task, rows, n)
+    qs, qe = queries if queries is not None else model.encode_queries(df['query'].tolist(), batch_size)
+    tt, doc_of = token_table(ds), {}
+    for i, title in enumerate(ds.titles): doc_of.setdefault(title, i)
+    stored = tt.row >= 0
+    recs = []
+    for i, q in enumerate(df['query']):
+        m, rec = _TRANSLATION_QUERY.match(q), dict(n_names=0, rank=np.nan, picked='', top1=False, scored=False)
+        d = doc_of.get(m['subject']) if m else None
+        if d is not None:
+            toks = np.flatnonzero((tt.doc == d) & stored)
+            spans = []
+            for lang, a, b in document_names(ds.texts[d], ds.titles[d]):
+                inside = toks[(tt.char_start[toks] >= a) & (tt.char_end[toks] <= b)]
+                if len(inside): spans.append((lang, tt.row[inside[0]], tt.row[inside[-1]]))
+            gold = [j for j, s in enumerate(spans) if s[0] == m['language']]
+            if gold:
+                rows_ = np.array([[s[1] for s in spans], [s[2] for s in spans]])
+                sc = (similarity(qs[i], ds.vectors[rows_[0]])[0] + similarity(qe[i], ds.vectors[rows_[1]])[0])
+                g = sc[gold[0]]; best = int(np.argmax(sc))
+                rec = dict(n_names=len(spans), rank=1 + int((sc > g).sum()), picked=spans[best][0],
+                           top1=bool((sc <= g).all()), scored=True)
+        recs.append(rec)
+    table = pd.concat([df[[c for c in ('query', 'lang', 'subject') if c in df.columns]], pd.DataFrame(recs)], axis=1)
+    ok = table[table.scored]
+    if not len(ok):
+        raise ValueError(f"none of the {len(df)} queries could be scored: each needs the template "
+                         f"'The <Language> translation of <subject> is: [MASK].' and the subject's rendered document in "
+                         "`ds` (build it from reference_corpus(['translation']))")
+    hit = ok.top1.astype(float)
+    picked = ok.picked.value_counts()
+    r = lambda x, d=2: round(float(x), d)
+    summary = dict(task=t.name, n=len(ok), skipped=int(len(df) - len(ok)), pick_rate=r(100 * hit.mean()),
+                   pick_rate_se=r(100 * hit.std(ddof=1) / np.sqrt(len(ok))) if len(ok) > 1 else float('nan'),
+                   chance=r(100 * (1 / ok.n_names).mean()), mean_rank=r(ok['rank'].mean()),
+                   chance_rank=r(((ok.n_names + 1) / 2).mean()), most_picked=str(picked.index[0]),
+                   most_picked_share=r(100 * picked.iloc[0] / len(ok), 1))
+    return table, summary
