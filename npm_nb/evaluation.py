@@ -9,7 +9,7 @@ from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 import numpy as np, pandas as pd, torch
-from .tasks import normalize_answer, get_task, make_query, with_mask, subsample_indices, MASK
+from .tasks import normalize_answer, get_task, make_query, with_mask, subsample_indices, MASK, TRANSLATION_TEMPLATE
 from .fetch import raw_file
 from .datastore import STOPWORDS
 from .inference import (BM25Retriever, block_texts, bm25_query, check_bm25, check_inputs, neighbours, predict_phrases,
@@ -718,7 +718,8 @@ def eval_bm25_only(task, # an open-set task name or Task
                        restrict_k=restrict_k, retrieval=f'bm25 top-{restrict_k} blocks')
 
 # %% ../nbs/12_evaluation.ipynb #c549ca10
-_TRANSLATION_QUERY = re.compile(r'^The (?P<language>.+) translation of (?P<subject>.+) is: \[MASK\]\.$')
+_TRANSLATION_QUERY = re.compile('^' + re.escape(TRANSLATION_TEMPLATE).replace(re.escape('{language}'), '(?P<language>.+)')
+                                .replace(re.escape('{s}'), '(?P<subject>.+)') + '$')  # the task's own template
 
 def document_names(text: str, # a document of the translation corpus: "<title> (<Language>: <name>; ...) is ..."
                    title: str, # its title (the English name it starts with)
