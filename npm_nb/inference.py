@@ -4,7 +4,7 @@
 
 # %% ../nbs/11_inference.ipynb #6db4992a
 from __future__ import annotations
-import math, warnings, json
+import math, re, warnings, json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +18,13 @@ from .index import check_index
 from .search import ExactSearch
 
 # %% auto #0
-__all__ = ['MASK', 'SIDES', 'BM25_STEMMER', 'check_query', 'query_ids', 'encode_queries', 'similarity', 'search_device',
-           'exact_searcher', 'exact_search', 'rescore', 'neighbours', 'TokenTable', 'token_table', 'candidate_spans',
-           'span_probs', 'phrase_texts', 'aggregate_phrases', 'Prediction', 'snippet', 'predict_phrases', 'WordTable',
-           'word_table', 'token_string_table', 'token_strings', 'token_distribution', 'neighbour_word_ids',
-           'neighbour_words', 'label_mass', 'label_probs', 'bm25_query', 'block_texts', 'check_bm25', 'bm25_stemmer',
-           'BM25Retriever', 'block_rows', 'is_uncased', 'NPM', 'check_search_args', 'as_queries', 'check_verbalizers',
-           'check_inputs']
+__all__ = ['MASK', 'SIDES', 'WH_WORDS', 'BM25_STEMMER', 'check_query', 'query_ids', 'encode_queries', 'similarity',
+           'search_device', 'exact_searcher', 'exact_search', 'rescore', 'neighbours', 'TokenTable', 'token_table',
+           'candidate_spans', 'span_probs', 'phrase_texts', 'aggregate_phrases', 'Prediction', 'snippet',
+           'predict_phrases', 'WordTable', 'word_table', 'token_string_table', 'token_strings', 'token_distribution',
+           'neighbour_word_ids', 'neighbour_words', 'label_mass', 'label_probs', 'bm25_query', 'block_texts',
+           'check_bm25', 'bm25_stemmer', 'BM25Retriever', 'block_rows', 'is_uncased', 'NPM', 'check_search_args',
+           'as_queries', 'check_verbalizers', 'check_inputs']
 
 # %% ../nbs/11_inference.ipynb #010f8067
 def check_query(text) -> str:
@@ -461,13 +461,20 @@ def label_probs(words: list, # the word each neighbour stands for (or None)
     return label_mass(ids[None], np.asarray(probs)[None], verbalizers, index, fold_case)[0]
 
 # %% ../nbs/11_inference.ipynb #49118fbe
+WH_WORDS = ('what', 'which', 'who', 'whom', 'whose', 'where', 'when', 'why', 'how')
+_WH = re.compile(r'\b(?:' + '|'.join(WH_WORDS) + r')\b\s*', re.I)
+
 def bm25_query(text: str, # the masked query
                question: bool | None = None, # True: a question; None: a '?' before the mask makes it one
+               drop_wh: bool = True, # drop a question's interrogative words (`WH_WORDS`; False: the reference's query)
               ) -> str:
-    "The BM25 query text for a masked query (REFERENCE_NOTES §4.7)."
+    "The BM25 query text for a masked query (REFERENCE_NOTES §4.7; a question loses its interrogatives unless `drop_wh=False`)."
     m = text.find(MASK)
     if question is None: question = '?' in (text[:m] if m >= 0 else text)
-    if question and '?' in text: return text[:text.index('?') + 1]
+    if question and '?' in text:
+        q = text[:text.index('?') + 1]
+        r = _WH.sub('', q).strip() if drop_wh else q
+        return r if re.search(r'\w', r) else q   # nothing but interrogatives: keep them rather than query nothing
     return text.replace(MASK, '_____')
 
 def block_texts(ds) -> list[str]:
