@@ -26,8 +26,8 @@ from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents
 # %% auto #0
 __all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFRESH_MODES', 'spacy_tagger', 'has_spacy',
            'regex_spans', 'salient_spans', 'sentences', 'realm_examples', 'IndexRefresher', 'RealmConfig',
-           'data_fingerprint', 'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval', 'train_realm',
-           'read_jsonl']
+           'same_model_source', 'data_fingerprint', 'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval',
+           'train_realm', 'read_jsonl']
 
 # %% ../nbs/12c_realm_pretraining.ipynb #8b83eca2
 SPACY_LABELS = ('PERSON', 'NORP', 'FAC', 'ORG', 'GPE', 'LOC', 'PRODUCT', 'EVENT', 'WORK_OF_ART', 'LAW', 'LANGUAGE', 'DATE')
@@ -284,6 +284,19 @@ class RealmConfig:
 _FREE = ('out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'profile', 'refresh_threads', 'train_threads',
          'embed_batch_size', 'eval_every')
 
+_SOURCES = ('reader', 'retriever')  # model folders: compared by content, so a moved or copied checkout still resumes
+_WEIGHTS = ('config.json', 'model.safetensors', 'pytorch_model.bin', 'retriever.json', 'retriever.safetensors')
+
+def same_model_source(a, b) -> bool:
+    "Whether two `reader` / `retriever` settings name the same model: equal, or two folders whose weights and config match."
+    if a == b: return True
+    if not (isinstance(a, str) and isinstance(b, str)): return False
+    pa, pb = Path(a), Path(b)
+    if not (pa.is_dir() and pb.is_dir()): return False   # an alias vs a folder, or a folder that is gone: not provably the same
+    from npm_nb.storage import file_checksum
+    files = [f for f in _WEIGHTS if (pa/f).exists() or (pb/f).exists()]
+    return bool(files) and all((pa/f).exists() and (pb/f).exists() and file_checksum(pa/f) == file_checksum(pb/f) for f in files)
+
 def data_fingerprint(examples: list, doc_ids: list) -> str:
     "A short hash of the training examples and the corpus they retrieve from."
     h = hashlib.sha256()
@@ -318,7 +331,8 @@ def check_realm_resume(ckpt: Path, cfg: RealmConfig, data_fp: str) -> dict:
         raise ValueError(f"cannot resume from {ckpt}: it was trained on other examples or another corpus (data "
                          f"fingerprint {state['data_fingerprint']}, now {data_fp}); use another out_dir or resume=False")
     old = json.loads((Path(ckpt)/'realm_config.json').read_text())
-    diff = {k: (old.get(k), v) for k, v in asdict(cfg).items() if k not in _FREE and old.get(k) != v}
+    diff = {k: (old.get(k), v) for k, v in asdict(cfg).items() if k not in _FREE and old.get(k) != v
+            and not (k in _SOURCES and same_model_source(old.get(k), v))}
     if diff: raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
                               "use the same settings, another out_dir, or resume=False to start over")
     return state
