@@ -285,17 +285,19 @@ _FREE = ('out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'profile',
          'embed_batch_size', 'eval_every')
 
 _SOURCES = ('reader', 'retriever')  # model folders: compared by content, so a moved or copied checkout still resumes
-_WEIGHTS = ('config.json', 'model.safetensors', 'pytorch_model.bin', 'retriever.json', 'retriever.safetensors')
+_MODEL_FILES = ('.safetensors', '.bin', '.pt', '.json')  # weights, configs and records; tokenizer files are .json too
 
 def same_model_source(a, b) -> bool:
-    "Whether two `reader` / `retriever` settings name the same model: equal, or two folders whose weights and config match."
+    "Whether two `reader` / `retriever` settings name the same model: equal, or two folders with the same weight, config and record files."
     if a == b: return True
     if not (isinstance(a, str) and isinstance(b, str)): return False
     pa, pb = Path(a), Path(b)
     if not (pa.is_dir() and pb.is_dir()): return False   # an alias vs a folder, or a folder that is gone: not provably the same
     from npm_nb.storage import file_checksum
-    files = [f for f in _WEIGHTS if (pa/f).exists() or (pb/f).exists()]
-    return bool(files) and all((pa/f).exists() and (pb/f).exists() and file_checksum(pa/f) == file_checksum(pb/f) for f in files)
+    files = lambda d: {q.relative_to(d).as_posix() for q in d.rglob('*') if q.is_file() and q.suffix in _MODEL_FILES
+                       and not any(x.startswith('.') for x in q.relative_to(d).parts)}
+    fa, fb = files(pa), files(pb)
+    return bool(fa) and fa == fb and all(file_checksum(pa/f) == file_checksum(pb/f) for f in sorted(fa))
 
 def data_fingerprint(examples: list, doc_ids: list) -> str:
     "A short hash of the training examples and the corpus they retrieve from."
