@@ -409,7 +409,8 @@ def corpus_index(name: str) -> CorpusIndex:
 
 # %% ../nbs/04_tasks.ipynb #5644a02e
 def bm25_query(query: str, is_question: bool) -> str:
-    "The BM25 query of a row: up to the first '?' for questions, else the cloze with '_____' for the mask."
+    "The reference's BM25 query of a row: up to the first '?' for questions, else the cloze with '_____' for the mask."
+    # the evaluation asks `npm_nb.inference.bm25_query`, which also drops a question's interrogatives (see 11_inference)
     return query[:query.index('?') + 1] if is_question and '?' in query else query.replace(MASK, '_____')
 
 def open_rows(facts: list, # {relation, subject, answers}
