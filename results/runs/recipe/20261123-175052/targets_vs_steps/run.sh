@@ -7,7 +7,7 @@
 #     bash results/runs/recipe/20261123-175052/targets_vs_steps/run.sh [CKPT ...]
 # Each checkpoint is copied to data/cache/checkpoints/recipe/npm/final (the `recipe` profile's NPM), so the notebooks
 # load it as the profile's model; stores are cached per encoder fingerprint. Tables go to HERE/<ckpt>/tables.
-# A finished (checkpoint, notebook) pair is skipped on a re-run (its executed notebook is the marker).
+# A finished (checkpoint, notebook) pair is skipped on a re-run (its executed notebook is the marker); logs go to $TMPDIR.
 set -u
 HERE=$PWD/results/runs/recipe/20261123-175052/targets_vs_steps   # absolute: papermill runs in nbs/experiments
 SRC=data/cache/recipe/recipe
@@ -31,9 +31,10 @@ for c in $CKPTS; do
     esac
     t=$(date +%s)
     NPM_NB_RESULTS=$out papermill nbs/experiments/$nb.ipynb $out/.$nb.tmp.ipynb --cwd nbs/experiments \
-        -p profile recipe $p --log-output > $out/$nb.log 2>&1
+        -p profile recipe $p --log-output > ${TMPDIR:-/tmp}/targets-$c-$nb.log 2>&1
     rc=$?
-    mv $out/.$nb.tmp.ipynb $out/$nb.ipynb
+    # only a notebook that ran through becomes the marker; a failed one is kept as .failed.ipynb and re-run next time
+    if [ $rc -eq 0 ]; then mv $out/.$nb.tmp.ipynb $out/$nb.ipynb; else mv $out/.$nb.tmp.ipynb $out/$nb.failed.ipynb; fi
     echo "$c $nb: rc $rc, $(( $(date +%s) - t )) s" | tee -a $HERE/times.txt
   done
 done
