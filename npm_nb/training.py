@@ -430,8 +430,10 @@ def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
                          "(command line: --no-resume) to start over")
     try: default = json.loads(json.dumps(asdict(type(cfg)())))  # a field added since the checkpoint: it ran with the default
     except TypeError: default = {}  # a config class without defaults for every field
+    # `model` names where the init came from; its weights were compared above (the fingerprint), so a moved or copied
+    # checkout (an init folder at another path, e.g. NPM from this profile's MLM checkpoint) still resumes
     diff = {k: (old.get(k, default.get(k)), v) for k, v in json.loads(json.dumps(asdict(cfg))).items()
-            if k not in _FREE_FIELDS and old.get(k, default.get(k)) != v}
+            if k not in _FREE_FIELDS and k != 'model' and old.get(k, default.get(k)) != v}
     if diff:
         raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
                          "use the same settings, another out_dir, or resume=False (command line: --no-resume) to start over")
