@@ -256,10 +256,11 @@ def plain_blocks(docs, # documents (a Dataset with `text`)
 
 # %% ../nbs/12a_reference.ipynb #24e97616
 def store_path(profile: str, key: str, names, max_tokens=None, remove_stopwords: bool = False, seed: int = 0,
-               keep=None, drop=None) -> Path:
-    "Where the datastore of this encoder row and corpus selection is cached."
+               keep=None, drop=None, amp: str | None = None) -> Path:
+    "Where the datastore of this encoder row and corpus selection (and encoding precision) is cached."
     names = [names] if isinstance(names, str) else list(names)
     sel = '+'.join(names) + f"-{max_tokens or 'all'}" + (f'-s{seed}' if seed else '') + ('-nostop' if remove_stopwords else '')
+    if amp and amp != 'none': sel += f'-{amp}'  # an fp32 store and a bf16 one of the same corpus are different stores
     if keep: sel += f'-keep{len(set(keep))}x{_digest(keep)}'
     if drop: sel += f"-drop{len(set(drop))}x{_digest(' '.join(_words(t)) for t in drop)}"
     return data_dir('cache', 'datastores', profile, key, sel)
@@ -271,10 +272,11 @@ def reference_datastore(model: NPM, # the row's model (its encoder fills the sto
                         max_tokens: int | None = None, remove_stopwords: bool = False, seed: int = 0,
                         max_len: int = 256, batch_size: int = 32, progress: bool = True,
                         keep=None, drop=None, # see `reference_corpus`
+                        amp: str | None = None, # encoder autocast: None (fp32) or 'bf16' (`encode_blocks`; own cache path)
                        ) -> Datastore:
     "The cached datastore, built (resumably) from `reference_corpus(names, max_tokens, keep=, drop=)` on first use."
     fp = encoder_fingerprint(model.encoder)[:8]  # a retrained model gets its own store, never a stale one
-    path = store_path(profile, f'{key}-{fp}', names, max_tokens, remove_stopwords, seed, keep, drop)
+    path = store_path(profile, f'{key}-{fp}', names, max_tokens, remove_stopwords, seed, keep, drop, amp)
     if (path/'manifest.json').exists() and not (path/'pending').exists() and read_json(path/'manifest.json').get('parts'):
         # finished: the path names the corpus selection, no need to re-select it; `load` checks encoder and tokenizer
         # against the manifest, and the checksums the first time this process opens the store
@@ -282,7 +284,7 @@ def reference_datastore(model: NPM, # the row's model (its encoder fills the sto
     docs = reference_corpus(names, max_tokens, seed, model.tok, keep=keep, drop=drop)
     return Datastore.build(docs, model.encoder, model.tok, path, max_len=max_len, batch_size=batch_size,
                            remove_stopwords=remove_stopwords, source='+'.join([names] if isinstance(names, str) else names),
-                           progress=progress)
+                           progress=progress, amp=amp)
 
 def reference_bm25(ds: Datastore) -> BM25Retriever:
     "The BM25 index over a datastore's blocks, cached in the datastore folder; rebuilt when stale or damaged."
