@@ -5,6 +5,8 @@
 # (train_c2000.sh: NPM from MiniLM, a 2,000-step schedule).
 # Run from the repository root after `make reproduce PROFILE=recipe`:
 #     bash results/runs/recipe/20261123-175052/targets_vs_steps/run.sh [CKPT ...]
+# C2000ng is run C without gradient through the candidate pass (train_c2000_nograd.sh); C2000bf16 is C2000's checkpoint
+# evaluated with bf16-encoded datastores (encode_amp bf16) instead of fp32 ones.
 # Each checkpoint is copied to data/cache/checkpoints/recipe/npm/final (the `recipe` profile's NPM), so the notebooks
 # load it as the profile's model; stores are cached per encoder fingerprint. Tables go to HERE/<ckpt>/tables.
 # A finished (checkpoint, notebook) pair is skipped on a re-run (its executed notebook is the marker); logs go to $TMPDIR.
@@ -17,8 +19,10 @@ for c in $CKPTS; do
   case $c in
     A*) path=$SRC/curve_minilm/checkpoint-${c#A} ;;
     B*) path=$SRC/curve_mlm/checkpoint-${c#B} ;;
-    C2000) path=data/cache/checkpoints/c2000/npm/final ;;   # train_c2000.sh: a schedule that ends at 2,000 steps
+    C2000|C2000bf16) path=data/cache/checkpoints/c2000/npm/final ;;   # train_c2000.sh: a schedule that ends at 2,000 steps
+    C2000ng) path=data/cache/checkpoints/c2000ng/npm/final ;;   # train_c2000_nograd.sh: C, candidate pass without gradient
   esac
+  extra=""; [ $c = C2000bf16 ] && extra="-p encode_amp bf16"
   out=$HERE/$c; mkdir -p $out
   rm -rf $FINAL.tmp && cp -rL $path $FINAL.tmp && rm -rf $FINAL && mv $FINAL.tmp $FINAL
   for nb in 05_open_set 06_temporal 04_closed_set 07_translation; do
@@ -31,7 +35,7 @@ for c in $CKPTS; do
     esac
     t=$(date +%s)
     NPM_NB_RESULTS=$out papermill nbs/experiments/$nb.ipynb $out/.$nb.tmp.ipynb --cwd nbs/experiments \
-        -p profile recipe $p --log-output > ${TMPDIR:-/tmp}/targets-$c-$nb.log 2>&1
+        -p profile recipe $p $extra --log-output > ${TMPDIR:-/tmp}/targets-$c-$nb.log 2>&1
     rc=$?
     # only a notebook that ran through becomes the marker; a failed one is kept as .failed.ipynb and re-run next time
     if [ $rc -eq 0 ]; then mv $out/.$nb.tmp.ipynb $out/$nb.ipynb; else mv $out/.$nb.tmp.ipynb $out/$nb.failed.ipynb; fi
