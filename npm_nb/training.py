@@ -12,7 +12,8 @@ import torch
 import torch.nn as nn
 import torch.distributed as dist
 from tqdm.auto import tqdm
-from transformers import AutoModel, AutoModelForMaskedLM, get_linear_schedule_with_warmup
+from transformers import (AutoModel, AutoModelForMaskedLM, get_linear_schedule_with_warmup,
+                          get_constant_schedule_with_warmup)
 from .storage import data_dir, atomic_write_json, read_json, hold_lock, LockedError, pid_alive
 from .models import (offline_mode, resolve_model, load_tokenizer, check_tokenizer, encoder_fingerprint,
                            default_device, write_model_checksums, verify_model_folder, check_finite)
@@ -46,6 +47,7 @@ class TrainConfig:
     lr: float = 3e-4  # peak learning rate (paper: 3e-5 for RoBERTa-large at 100k steps)
     weight_decay: float = 0.01
     warmup: int = 30  # linear warm-up steps, then linear decay to 0 (paper: 4000)
+    schedule: str = 'linear'  # after warm-up: 'linear' decay to 0 at the last step (the paper's) or 'constant' (09_recipe)
     steps: int = 300  # optimizer steps
     clip: float = 2.0  # gradient-norm clip
     mask_ratio: float = 0.15
@@ -69,6 +71,7 @@ class TrainConfig:
     def __post_init__(self):
         if self.objective not in OBJECTIVES: raise ValueError(f"objective={self.objective!r}: use one of {OBJECTIVES}")
         if self.amp not in ('auto', 'bf16', 'fp16', 'none'): raise ValueError(f"amp={self.amp!r}: use auto, bf16, fp16 or none")
+        if self.schedule not in ('linear', 'constant'): raise ValueError(f"schedule={self.schedule!r}: use linear or constant")
         if self.batching not in ('consecutive', 'random'): raise ValueError(f"batching={self.batching!r}: use consecutive or random")
         if self.grad_accum < 1 or self.steps < 1: raise ValueError("grad_accum and steps must be >= 1")
         self.corpora = tuple([self.corpora] if isinstance(self.corpora, str) else self.corpora)
@@ -312,11 +315,12 @@ def batch_loss(model, # `TwoViews` (npm, single), or `MaskedLM` / a `*ForMaskedL
 
 # %% ../nbs/08_training.ipynb #392b30a0
 def make_optimizer(model, cfg: TrainConfig):
-    "AdamW (decay on weight matrices only) and the linear warm-up / linear decay schedule."
+    "AdamW (decay on weight matrices only) and the linear warm-up, then linear decay (or a constant rate) schedule."
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [{'params': [p for n, p in params if p.ndim >= 2 and 'LayerNorm' not in n], 'weight_decay': cfg.weight_decay},
               {'params': [p for n, p in params if not (p.ndim >= 2 and 'LayerNorm' not in n)], 'weight_decay': 0.0}]
     opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=PAPER_CONFIG['betas'], eps=PAPER_CONFIG['eps'])
+    if cfg.schedule == 'constant': return opt, get_constant_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps))
     return opt, get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
 
 # %% ../nbs/08_training.ipynb #b8f8a026
