@@ -15,12 +15,13 @@ import matplotlib.pyplot as plt
 from npm_nb.batch import markdown_table
 
 HERE = Path(__file__).parent
-CPU = Path('results/tables')            # the committed `cpu` run (20261123-201109)
+CPU = Path('results/tables')            # the committed `cpu` run (20261124-083712 since 2026-11-24; first 20261123-201109)
 NPM05, NPM06, NPM04, NPM07 = 'NPM (BM25 top-3 blocks)', 'NPM (BM25-restricted)', 'NPM (ours, trained)', 'NPM (BM25-restricted)'
 INIT05, INIT06, INIT04, INIT07 = ('MiniLM init + NPM scoring (BM25)', 'MiniLM init, NPM scoring (untrained)',
                                   'MiniLM init, NPM scoring (untrained)', 'MiniLM init, NPM scoring (untrained)')
 POINTS = {'A300': ('A', 300, 300), 'A1000': ('A', 1000, 1000), 'A2000': ('A', 2000, 2000), 'A3000': ('A', 3000, 3000),
-          'B1000': ('B', 1000, 2000), 'C2000': ('C', 2000, 2000)}   # run, NPM steps, total steps (B: after 1,000 MLM steps)
+          'B1000': ('B', 1000, 2000), 'C2000': ('C', 2000, 2000),
+          'Bconst': ('Bconst', 1000, 2000)}   # run, NPM steps, total steps (B: after 1,000 MLM steps)
 
 def se(p, n): return 100 * np.sqrt(max(p / 100 * (1 - p / 100), 1e-12) / n)
 
@@ -105,7 +106,8 @@ for ax, (col, target, title, sef) in zip(axes, TARGETS):
     ax.errorbar(a['NPM steps'].astype(float), a[col].astype(float), yerr=[sef(r) for _, r in a.iterrows()], marker='o', capsize=3,
                 label='A: NPM from MiniLM (one 3k-step schedule)')
     for name, mk, x, lab in (('B1000', 's', 1000, 'B: 1k MLM + 1k NPM steps'), ('cpu profile (B recipe, re-trained)', 'D', 1060, 'cpu profile (B recipe)'),
-                             ('C2000', '^', 2060, 'C: NPM from MiniLM, a 2k-step schedule')):
+                             ('C2000', '^', 2060, 'C: NPM from MiniLM, a 2k-step schedule'),
+                             ('Bconst', 'v', 940, 'Bconst: B with a constant rate after warm-up')):
         if name in df.index and col in df and pd.notna(df.loc[name, col]):
             r = df.loc[name]; ax.errorbar([x], [float(r[col])], yerr=[sef(r)], marker=mk, ls='', capsize=3, label=lab)
     ax.axhline(target, ls='--', c='tab:red', lw=1, label='issue #8 target')

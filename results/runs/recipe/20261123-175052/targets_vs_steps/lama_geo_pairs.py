@@ -1,4 +1,4 @@
-"""lama_geo, paired (and C against B on all four open-set tasks): the same 80 examples, 05's store and BM25 blocks, answered by each checkpoint (A2000, A3000, B1000, C2000).
+"""lama_geo, paired (and C and Bconst against B on all four open-set tasks): the same 80 examples, 05's store and BM25 blocks, answered by each checkpoint (A2000, A3000, B1000, C2000, Bconst).
 Prints and writes lama_geo_pairs.json beside this file: macro EM, the share of answers that repeat a query word, the most
 frequent answers, and paired micro-EM differences (SE) against A2000. Run from the repository root after run.sh.
     python results/runs/recipe/20261123-175052/targets_vs_steps/lama_geo_pairs.py
@@ -13,7 +13,8 @@ from npm_nb.tasks import normalize_answer
 
 HERE = Path(__file__).parent
 CKPTS = {'A2000': 'data/cache/recipe/recipe/curve_minilm/checkpoint-2000', 'A3000': 'data/cache/recipe/recipe/curve_minilm/checkpoint-3000',
-         'B1000': 'data/cache/recipe/recipe/curve_mlm/checkpoint-1000', 'C2000': 'data/cache/checkpoints/c2000/npm/final'}
+         'B1000': 'data/cache/recipe/recipe/curve_mlm/checkpoint-1000', 'C2000': 'data/cache/checkpoints/c2000/npm/final',
+         'Bconst': 'data/cache/checkpoints/bconst/npm/final'}
 names, tasks = ['factbook2025', 'wikipedia', 'wordnet'], ['lama_geo', 'questions_geo', 'lama_wordnet', 'lama_commonsense']
 ex, _, keep = open_selection(names, tasks, 20, 0, 3)   # 05's examples and kept documents (cpu profile: 20 a bucket)
 q = ex['lama_geo'].reset_index(drop=True)
@@ -31,15 +32,19 @@ for name, path in CKPTS.items():
 for name in [n for n in tabs if n != 'A2000']:
     g, se = paired_difference(tabs['A2000'].hit.to_numpy(), tabs[name].hit.to_numpy())
     out[name]['A2000 minus this (micro EM, paired)'] = {'difference': g, 'SE': se}
-# C (a candidate `cpu` recipe) against B (the current one) on all four open-set tasks, paired over their 320 examples
-if {'B1000', 'C2000'} <= set(tabs):
-    hits = {}
-    for name in ('B1000', 'C2000'):
+# C (a candidate `cpu` recipe) and Bconst (B with a constant rate) against B (the current one) on all four open-set tasks,
+# paired over their 320 examples
+hits = {}
+def four_tasks(name):
+    if name not in hits:
         m = NPM.from_pretrained(CKPTS[name], device='cpu')
         ds = reference_datastore(m, store_key('npm'), names, 'recipe', 650000, remove_stopwords=True, seed=0, keep=keep, progress=False)
         hits[name] = np.concatenate([eval_open_set(m, t, ds, mode='bm25', bm25=reference_bm25(ds), restrict_k=3, l_max=10,
                                                    rows=ex[t].reset_index(drop=True), batch_size=32)[0].hit.to_numpy() for t in tasks])
-    g, se = paired_difference(hits['C2000'], hits['B1000'])
-    out['C2000 minus B1000, four open-set tasks (micro EM, paired)'] = {'difference': g, 'SE': se, 'n': len(hits['B1000'])}
+    return hits[name]
+for name in ('C2000', 'Bconst'):
+    if {'B1000', name} <= set(tabs):
+        g, se = paired_difference(four_tasks(name), four_tasks('B1000'))
+        out[f'{name} minus B1000, four open-set tasks (micro EM, paired)'] = {'difference': g, 'SE': se, 'n': len(hits['B1000'])}
 print(json.dumps(out, indent=1))
 (HERE/'lama_geo_pairs.json').write_text(json.dumps(out, indent=1) + '\n')

@@ -6,7 +6,8 @@
 # Run from the repository root after `make reproduce PROFILE=recipe`:
 #     bash results/runs/recipe/20261123-175052/targets_vs_steps/run.sh [CKPT ...]
 # C2000ng is run C without gradient through the candidate pass (train_c2000_nograd.sh); C2000bf16 is C2000's checkpoint
-# evaluated with bf16-encoded datastores (encode_amp bf16) instead of fp32 ones.
+# evaluated with bf16-encoded datastores (encode_amp bf16) instead of fp32 ones. Bconst is B with a constant learning rate
+# after the warm-up (train_bconst.sh), evaluated with fp32 stores like A, B and C.
 # Each checkpoint is copied to data/cache/checkpoints/recipe/npm/final (the `recipe` profile's NPM), so the notebooks
 # load it as the profile's model; stores are cached per encoder fingerprint. Tables go to HERE/<ckpt>/tables.
 # A finished (checkpoint, notebook) pair is skipped on a re-run (its executed notebook is the marker); logs go to $TMPDIR.
@@ -17,6 +18,7 @@ FINAL=data/cache/checkpoints/recipe/npm/final
 CKPTS=${@:-A3000 A1000 A300 A2000 B1000 C2000}
 for c in $CKPTS; do
   case $c in
+    Bconst) path=data/cache/checkpoints/bconst/npm/final ;;   # train_bconst.sh: B with a constant rate after warm-up (before B*: the first match wins)
     A*) path=$SRC/curve_minilm/checkpoint-${c#A} ;;
     B*) path=$SRC/curve_mlm/checkpoint-${c#B} ;;
     C2000|C2000bf16) path=data/cache/checkpoints/c2000/npm/final ;;   # train_c2000.sh: a schedule that ends at 2,000 steps
@@ -24,7 +26,7 @@ for c in $CKPTS; do
   esac
   extra=""; [ $c = C2000bf16 ] && extra="-p encode_amp bf16"
   out=$HERE/$c; mkdir -p $out
-  rm -rf $FINAL.tmp && cp -rL $path $FINAL.tmp && rm -rf $FINAL && mv $FINAL.tmp $FINAL
+  { rm -rf $FINAL.tmp && cp -rL $path $FINAL.tmp && rm -rf $FINAL && mv $FINAL.tmp $FINAL; } || { echo "$c: cannot use $path" >&2; exit 1; }   # never evaluate the previous one
   for nb in 05_open_set 06_temporal 04_closed_set 07_translation; do
     [ -f $out/$nb.ipynb ] && { echo "$c $nb: done before"; continue; }
     case $nb in
