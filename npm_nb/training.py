@@ -46,7 +46,7 @@ class TrainConfig:
     grad_accum: int = 1  # batches per optimizer step
     lr: float = 3e-4  # peak learning rate (paper: 3e-5 for RoBERTa-large at 100k steps)
     weight_decay: float = 0.01
-    warmup: int = 30  # linear warm-up steps, then linear decay to 0 (paper: 4000)
+    warmup: int = 30  # linear warm-up steps, then `schedule` (paper: 4000)
     schedule: str = 'linear'  # after warm-up: 'linear' decay to 0 at the last step (the paper's) or 'constant' (an ablation: run Bconst)
     steps: int = 300  # optimizer steps
     clip: float = 2.0  # gradient-norm clip
