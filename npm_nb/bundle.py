@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, io, re, sys, json, time, shutil, tarfile, hashlib, argparse, subprocess, tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from .storage import project_root, data_dir, results_dir, atomic_write_json
+from .storage import project_root, data_dir, results_dir, atomic_write_json, load_state
 
 # %% auto #0
 __all__ = ['MiB', 'DEVICE_PRESENT', 'BUILD_ONLY', 'RUNTIME_RAW', 'NODEPS_WHEELS', 'MODEL_FOLDERS', 'PART_NAME',
@@ -166,7 +166,7 @@ def export_checkpoint(ckpt, dest=None) -> Path:
     from safetensors.torch import load_file, save_file
     ckpt = Path(ckpt).resolve()
     cfg = json.loads((ckpt/'train_config.json').read_text())
-    st = torch.load(ckpt/'trainer_state.pt', map_location='cpu', weights_only=False)
+    st = load_state(ckpt/'trainer_state.pt', fix='export a checkpoint written by this version of npm-nb')
     keep = {k: v for k, v in st.items() if k not in ('optimizer', 'scheduler', 'scaler', 'rng') and not hasattr(v, 'shape')}
     dest = Path(dest or project_root()/'dist'/'checkpoints'/f"ckpt-{cfg['profile']}-{cfg['objective']}.tar.xz")
     with tempfile.TemporaryDirectory() as d:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import os, hashlib, importlib.util, zipfile, shutil
 from pathlib import Path
 import torch
-from transformers import AutoTokenizer, AutoModel, AutoModelForMaskedLM, BertConfig, BertModel, BertForMaskedLM
+from transformers import AutoTokenizer, AutoConfig, AutoModel, AutoModelForMaskedLM, BertConfig, BertModel, BertForMaskedLM
 from .storage import data_dir, read_json, file_checksum, folder_checksums, verify_checksums
 
 # %% auto #0
 __all__ = ['MODEL_ALIASES', 'CHECKSUMS', 'MIN_VOCAB', 'offline_mode', 'default_device', 'resolve_model', 'write_model_checksums',
-           'verify_model_folder', 'check_tokenizer', 'load_tokenizer', 'load_encoder', 'check_finite', 'hidden_size',
-           'tiny_encoder', 'encoder_fingerprint', 'check_pair']
+           'verify_model_folder', 'check_tokenizer', 'load_tokenizer', 'NotAnEncoder', 'check_encoder_config',
+           'load_encoder', 'check_finite', 'hidden_size', 'tiny_encoder', 'encoder_fingerprint', 'check_pair']
 
 # %% ../nbs/01_models.ipynb #32cf2f21
 def offline_mode():
@@ -137,6 +137,21 @@ def load_tokenizer(name: str = 'minilm', # alias, folder or Hugging Face id
     return check_tokenizer(tok)
 
 # %% ../nbs/01_models.ipynb #534541f0
+class NotAnEncoder(ValueError): "A model folder that is not a bidirectional (masked-LM style) encoder."
+
+def check_encoder_config(config, where=''):
+    "Raise `NotAnEncoder` unless `config` describes a bidirectional encoder of the BERT / RoBERTa family."
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    kind = getattr(config, 'model_type', '?'); archs = ', '.join(getattr(config, 'architectures', None) or []) or kind
+    why = ('an encoder-decoder model' if getattr(config, 'is_encoder_decoder', False) else
+           'a decoder (causal LM)' if getattr(config, 'is_decoder', False) or 'CausalLM' in archs else
+           None if kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES else 'not a masked-LM encoder')
+    if why:
+        raise NotAnEncoder(f"{where or 'the model'} is {archs} ({kind}): {why}. NPM encodes every token with both its "
+                           "left and right context, so it needs a bidirectional encoder of the BERT / RoBERTa family "
+                           "(e.g. the 'minilm' alias or a checkpoint trained by npm_nb.training)")
+    return config
+
 def load_encoder(name: str = 'minilm', # alias, folder or Hugging Face id
                  masked_lm: bool = False, # `*ForMaskedLM` (the parametric baseline) instead of the bare encoder
                  device: str | None = None, # default: cuda if available
@@ -145,11 +160,12 @@ def load_encoder(name: str = 'minilm', # alias, folder or Hugging Face id
     cls = AutoModelForMaskedLM if masked_lm else AutoModel
     path = resolve_model(name); local = Path(path).is_dir()
     if local: verify_model_folder(path)
-    try: model = cls.from_pretrained(path)
+    try: check_encoder_config(AutoConfig.from_pretrained(path), path); model = cls.from_pretrained(path)
     except OSError as e:
         if local: raise OSError(f"could not load the encoder in folder {path}: {e}") from e
         raise OSError(f"could not load encoder {name!r}: not an alias ({', '.join(MODEL_ALIASES)}), not a local folder, "
                       f"and the Hugging Face Hub is offline or lacks it ({e})") from e
+    except NotAnEncoder: raise
     except Exception as e:  # not a model folder (no model_type), a damaged safetensors header, ...
         raise ValueError(f"could not load an encoder from {path} ({type(e).__name__}: {str(e)[:200]}): it must be a "
                          "model folder (config.json + model.safetensors, as a checkpoint writes it); if a file is "
@@ -213,4 +229,11 @@ def check_pair(encoder, tok):
         raise ValueError(f"the tokenizer {tok.name_or_path!r} has {len(tok)} tokens but the encoder embeds {n}: its "
                          "vocabulary file is probably missing (a checkpoint copied without tokenizer.json); load both "
                          "from the same complete folder")
+    if n - len(tok) > max(128, n // 100):  # vocabularies are padded to a round size, never by thousands
+        raise ValueError(f"the tokenizer {tok.name_or_path!r} has {len(tok)} tokens but the encoder embeds {n}: they "
+                         "come from different models; load both from the same folder (or model name)")
+    pad = getattr(getattr(encoder, 'config', None), 'pad_token_id', None)
+    if pad is not None and tok.pad_token_id is not None and pad != tok.pad_token_id:
+        raise ValueError(f"the tokenizer {tok.name_or_path!r} pads with id {tok.pad_token_id} but the encoder was "
+                         f"trained with {pad}: they come from different models; load both from the same folder")
     return tok

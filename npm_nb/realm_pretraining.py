@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.multiprocessing as mp
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, get_linear_schedule_with_warmup
-from .storage import atomic_write_json, atomic_path
+from .storage import atomic_write_json, atomic_path, load_state
 from .models import encoder_fingerprint, default_device, check_tokenizer
 from .tasks import normalize_answer
 from .datastore import STOPWORDS
@@ -165,7 +165,7 @@ def _refresh_worker(workdir: str, threads: int, batch_size: int, pad_id: int, re
     "The index builder's loop (runs in the background process)."
     torch.set_num_threads(max(1, threads))
     w = Path(workdir); meta = json.loads((w/'refresher.json').read_text())
-    doc_ids = torch.load(w/'doc_ids.pt', weights_only=False)
+    doc_ids = load_state(w/'doc_ids.pt')
     r = Retriever(AutoModel.from_config(AutoConfig.from_pretrained(w/'encoder')), **{**meta['retriever'], 'shared': True}).to(device).eval()
     while True:
         req = req_q.get()
@@ -328,7 +328,7 @@ def save_realm_checkpoint(out_dir, model: REALM, cfg: RealmConfig, state: dict, 
 
 def check_realm_resume(ckpt: Path, cfg: RealmConfig, data_fp: str) -> dict:
     "The trainer state of `ckpt` after checking it belongs to this run; a clear error otherwise."
-    state = torch.load(Path(ckpt)/'trainer_state.pt', map_location='cpu', weights_only=False)
+    state = load_state(Path(ckpt)/'trainer_state.pt', fix='use another checkpoint')
     if state['data_fingerprint'] != data_fp:
         raise ValueError(f"cannot resume from {ckpt}: it was trained on other examples or another corpus (data "
                          f"fingerprint {state['data_fingerprint']}, now {data_fp}); use another out_dir or resume=False")
@@ -406,7 +406,7 @@ def train_realm(cfg: RealmConfig,
     pending = None
     if cks:
         state = check_realm_resume(cks[-1], cfg, fp)
-        if state['step'] >= cfg.steps and (out/'final').exists(): return out/'final'
+        if state['step'] >= cfg.steps: return link_final(out, cks[-1])  # finished: `final` may be missing after a crash
         model = REALM.from_pretrained(cks[-1], device=device)
         index = np.load(cks[-1]/'index.npy')
         if (cks[-1]/'pending-snapshot.pt').exists(): pending = (cks[-1]/'pending-snapshot.pt', state['pending_step'])

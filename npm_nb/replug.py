@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
-from .storage import data_dir, atomic_write_json, atomic_write_bytes
+from .storage import data_dir, atomic_write_json, atomic_write_bytes, load_state
 from .models import load_encoder, load_tokenizer, encoder_fingerprint, default_device, offline_mode
 from .training import (save_checkpoint, list_checkpoints, prune_checkpoints, link_final, check_resume,
                              BatchStream, _rng_state, _set_rng_state)
@@ -360,7 +360,7 @@ def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to trai
             raise ValueError(f"cannot resume from {cks[-1]}: it was trained on other passages or queries; "
                              "use another out_dir, or resume=False to start over")
         enc.load_state_dict(type(enc).from_pretrained(cks[-1]).state_dict())
-        if state['step'] >= cfg.steps and (out/'final').exists(): return out/'final'
+        if state['step'] >= cfg.steps: return link_final(out, cks[-1])  # finished: `final` may be missing after a crash
     stream = BatchStream([list(range(a, min(a + cfg.batch_size, len(queries)))) for a in range(0, len(queries), cfg.batch_size)], cfg.seed)
     params = [p for p in enc.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -411,4 +411,4 @@ def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to trai
 
 def lsr_state(ckpt) -> dict:
     "The trainer state of an LSR checkpoint (step, log, index step, LM-score cache, ...)."
-    return torch.load(Path(ckpt)/'trainer_state.pt', map_location='cpu', weights_only=False)
+    return load_state(Path(ckpt)/'trainer_state.pt', fix='use another checkpoint')

@@ -9,8 +9,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['project_root', 'data_dir', 'results_dir', 'atomic_path', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_json', 'read_json', 'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError',
-           'hold_lock', 'pid_alive']
+           'atomic_write_json', 'read_json', 'UnsafeFileError', 'load_state', 'file_checksum', 'folder_checksums',
+           'verify_checksums', 'LockedError', 'hold_lock', 'pid_alive']
 
 # %% ../nbs/00_storage.ipynb #a89dcfc9
 def project_root() -> Path:
@@ -68,6 +68,24 @@ def read_json(path, # a JSON file written by this package
     except FileNotFoundError: raise FileNotFoundError(f"{path} is missing: {fix}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is damaged (not valid JSON: {e}): {fix}") from None
+
+# %% ../nbs/00_storage.ipynb #7de5f6fc
+class UnsafeFileError(ValueError):
+    "A `torch.save` file that holds more than tensors and plain values (loading it could run code)."
+
+def load_state(path, # a file written by `torch.save` (a trainer state, a snapshot, token ids)
+               fix: str = 'delete it and run the step that writes it again', # what to do when it is refused
+              ):
+    "The contents of `path`, loaded with `weights_only=True`; a clear error when it holds anything but plain values."
+    import pickle, torch
+    path = Path(path)
+    try: return torch.load(path, map_location='cpu', weights_only=True)
+    except FileNotFoundError: raise FileNotFoundError(f"{path} is missing: {fix}") from None
+    except pickle.UnpicklingError as e:
+        raise UnsafeFileError(f"{path} holds Python objects other than tensors and plain values, so it is not loaded "
+                              f"(unpickling them could run code planted in the file; {str(e).splitlines()[0][:200]}): "
+                              f"{fix}") from None
+
 
 # %% ../nbs/00_storage.ipynb #a398d71a
 def file_checksum(path, # a file

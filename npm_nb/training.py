@@ -14,7 +14,7 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 from transformers import (AutoModel, AutoModelForMaskedLM, get_linear_schedule_with_warmup,
                           get_constant_schedule_with_warmup)
-from .storage import data_dir, atomic_write_json, read_json, hold_lock, LockedError, pid_alive
+from .storage import data_dir, atomic_write_json, read_json, load_state, hold_lock, LockedError, pid_alive
 from .models import (offline_mode, resolve_model, load_tokenizer, check_tokenizer, encoder_fingerprint,
                            default_device, write_model_checksums, verify_model_folder, check_finite)
 from .blocks import build_blocks, make_batches, split_batches
@@ -423,7 +423,7 @@ def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
     "Load `trainer_state.pt` of `ckpt` after checking it is intact and belongs to this run; raise a clear error otherwise."
     try:
         verify_model_folder(ckpt, force=True)  # checksums, when the checkpoint has them
-        state = torch.load(Path(ckpt)/'trainer_state.pt', map_location='cpu', weights_only=False)
+        state = load_state(Path(ckpt)/'trainer_state.pt', fix='use another checkpoint')
         old = read_json(Path(ckpt)/'train_config.json', fix='use another checkpoint')
     except (ValueError, OSError, RuntimeError, EOFError, KeyError) as e:
         raise DamagedCheckpoint(f"checkpoint {ckpt} is damaged: {type(e).__name__}: {str(e)[:300]}") from e
@@ -537,8 +537,9 @@ def train(cfg: TrainConfig, resume: bool = True,
     state = {'step': 0, 'cursor': 0, 'n_skipped': 0, 'tokens': 0, 'init_fingerprint': init_fp, 'model': cfg.model,
              'objective': cfg.objective, 'world': world}
     if cks:
-        _, state, model = resume_point(cks, cfg, init_fp, type(model))
-        if state['step'] >= cfg.steps and (out/'final').exists(): return out/'final'
+        ck, state, model = resume_point(cks, cfg, init_fp, type(model))
+        # finished: (re)link `final`, which a crash between the last checkpoint and the link can have left missing
+        if state['step'] >= cfg.steps: return link_final(out, ck)
         if state.get('world', 1) != world:
             raise ValueError(f"cannot resume from {cks[-1]}: it was trained by {state.get('world', 1)} process(es) and this run has "
                              f"{world}; the data order and the candidate pool depend on it. Use the same number of ranks "

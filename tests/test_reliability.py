@@ -451,3 +451,72 @@ def test_6_3_two_builds_of_one_store(models, tmp_path):
                exc=LockedError)
     finally: holder.kill(); holder.wait()
     assert len(m.build_datastore(DOCS, p, max_len=32, progress=False))
+
+# ================================================================ round two (issue #28): classes the first probe missed
+# ---------------------------------------------------------------- code in files: trainer states load as plain values only
+class Planted:
+    "Unpickling this creates the folder `path`: what a planted trainer state would do on resume."
+    def __init__(self, path): self.path = str(path)
+    def __reduce__(self): return (os.mkdir, (self.path,))
+
+def test_r2_1_planted_trainer_state_does_not_run(run, tok, tmp_path):
+    fin, blocks = run
+    d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True))
+    shutil.rmtree(d/'checkpoint-4'); (d/'final').unlink()
+    c3, marker = d/'checkpoint-3', tmp_path/'PWNED'
+    st = torch.load(c3/'trainer_state.pt', weights_only=True)
+    torch.save({**st, 'extra': Planted(marker)}, c3/'trainer_state.pt')
+    write_model_checksums(c3)  # the planter rewrites the checksums too, so the file passes the integrity check
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        out = train(cfg(d), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False)
+    assert not marker.exists(), 'the planted object ran'
+    msgs = [str(x.message) for x in w]
+    assert any('not loaded' in m and 'resuming from checkpoint-2' in m for m in msgs), msgs
+    assert same_weights(out, fin)
+
+@pytest.mark.parametrize('module, fn', [('npm_nb.replug', 'lsr_state'), ('npm_nb.realm_pretraining', 'check_realm_resume')])
+def test_r2_1_other_trainer_states_refuse_pickles(tmp_path, module, fn):
+    import importlib
+    marker = tmp_path/'PWNED'
+    torch.save({'step': 1, 'data_fingerprint': 'x', 'extra': Planted(marker)}, tmp_path/'trainer_state.pt')
+    f = getattr(importlib.import_module(module), fn)
+    call = (lambda: f(tmp_path)) if fn == 'lsr_state' else (lambda: f(tmp_path, None, 'x'))
+    raises(call, 'not loaded', 'could run code')
+    assert not marker.exists()
+
+def test_r2_1_bundle_export_refuses_pickles(run, tmp_path):
+    from npm_nb.bundle import export_checkpoint
+    d = Path(shutil.copytree(run[0].resolve(), tmp_path/'ck')); marker = tmp_path/'PWNED'
+    st = torch.load(d/'trainer_state.pt', weights_only=True)
+    torch.save({**st, 'extra': Planted(marker)}, d/'trainer_state.pt')
+    raises(lambda: export_checkpoint(d, tmp_path/'out.tar.xz'), 'not loaded')
+    assert not marker.exists()
+
+# ---------------------------------------------------------------- a crash between the last checkpoint and `final`
+def test_r2_2_missing_final_is_linked_on_the_next_call(run, tok, tmp_path):
+    fin, blocks = run
+    d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True)); (d/'final').unlink()  # the crash point
+    out = train(cfg(d), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False)
+    assert out.exists() and out.resolve().name == 'checkpoint-4', out
+    assert same_weights(out, fin)
+
+# ---------------------------------------------------------------- what loads as an NPM encoder
+def test_r2_9_causal_and_seq2seq_folders_are_refused(tok, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(tmp_path/'llama')
+    T5ForConditionalGeneration(T5Config(vocab_size=len(tok), d_model=16, d_kv=8, d_ff=32, num_layers=1,
+                                        num_heads=2)).save_pretrained(tmp_path/'t5')
+    tok.save_pretrained(tmp_path/'llama'); tok.save_pretrained(tmp_path/'t5')
+    for name, why in (('llama', 'a decoder (causal LM)'), ('t5', 'an encoder-decoder model')):
+        raises(lambda: NPM.from_pretrained(str(tmp_path/name)), why, 'bidirectional encoder')
+
+def test_r2_9_tokenizer_of_another_model_is_refused(tok):
+    from transformers import BertTokenizerFast
+    special = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+    other = BertTokenizerFast(vocab={**{t: i for i, t in enumerate(special)}, **{f'w{i}': i + 5 for i in range(len(tok) - 2_000)}})
+    raises(lambda: NPM(tiny_encoder(tok), other), 'come from different models')
+    shifted = BertTokenizerFast(vocab={**{f'w{i}': i for i in range(len(tok) - 5)},
+                                       **{t: len(tok) - 5 + i for i, t in enumerate(special)}})  # same size, [PAD] elsewhere
+    raises(lambda: NPM(tiny_encoder(tok), shifted), 'pads with id')
