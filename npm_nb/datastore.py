@@ -10,17 +10,23 @@ import numpy as np
 import torch
 from datasets import Dataset, load_from_disk, concatenate_datasets
 from tqdm.auto import tqdm
-from .storage import (atomic_write_json, read_json, file_checksum, folder_checksums, verify_checksums,
+from .storage import (atomic_write_json, read_json, reserve_space, file_checksum, folder_checksums, verify_checksums,
                             hold_lock, LockedError)
 from .models import encoder_fingerprint, hidden_size, check_tokenizer, check_pair
 from .blocks import build_blocks, block_phrase, is_punctuation
 
 # %% auto #0
-__all__ = ['STOPWORDS', 'FORMAT_VERSION', 'MANIFEST_KEYS', 'encode_blocks', 'stopword_ids', 'stored_positions',
+__all__ = ['STOPWORDS', 'FORMAT_VERSION', 'MANIFEST_KEYS', 'check_count', 'encode_blocks', 'stopword_ids', 'stored_positions',
            'tokenizer_fingerprint', 'corpus_fingerprint', 'Datastore', 'store_fingerprint', 'check_store_record',
            'check_model', 'verify_store']
 
 # %% ../nbs/09_datastore.ipynb #fdf5a522
+def check_count(name: str, value, lo: int = 1):
+    "Raise a clear `ValueError` unless `value` is a whole number >= `lo` (a batch size, a length, a count)."
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise ValueError(f"{name}={value!r}: must be a whole number >= {lo}")
+    return int(value)
+
 def encode_blocks(model, # an encoder whose output has `last_hidden_state` (e.g. `load_encoder(...)`)
                   tok, # its tokenizer (for the pad id)
                   blocks, # block rows with `input_ids` (a `datasets.Dataset` or a list of dicts)
@@ -31,6 +37,7 @@ def encode_blocks(model, # an encoder whose output has `last_hidden_state` (e.g.
                  ):
     "Yield the last hidden layer of each block, in order, as a float32 array `[len(block), h]`."
     import contextlib
+    check_count('batch_size', batch_size)
     device = torch.device(device or next(model.parameters()).device)
     amp = None if amp == 'none' else amp
     if amp not in (None, 'bf16', 'fp16'): raise ValueError(f"amp={amp!r}: use None, 'bf16' or 'fp16'")
@@ -104,6 +111,7 @@ def tokenizer_fingerprint(tok) -> str:
 
 def _doc_table(docs, start: int = 0) -> Dataset:
     "Documents as a `Dataset` with string columns `text`, `id`, `title` (defaults: running number, empty title)."
+    docs = _as_columns(docs)
     cols = docs.column_names if hasattr(docs, 'column_names') else list(docs)
     if 'text' not in cols: raise ValueError(f"documents need a 'text' column; got {cols}")
     texts = [t or '' for t in docs['text']]; n = len(texts)
@@ -115,7 +123,32 @@ def _doc_table(docs, start: int = 0) -> Dataset:
     titles = [str(x or '') for x in docs['title']] if 'title' in cols else [''] * n
     for name, col in (('id', ids), ('title', titles)):
         if len(col) != n: raise ValueError(f"documents: column {name!r} has {len(col)} values but 'text' has {n}; give every document one")
+    for name, col in (('text', texts), ('id', ids), ('title', titles)):
+        for i, s in enumerate(col):
+            try: s.encode('utf-8')
+            except UnicodeEncodeError as e:
+                raise ValueError(f"document {ids[i]!r} (row {i}): its {name} holds {s[e.start:e.end]!r} at character "
+                                 f"{e.start}, a lone surrogate that is not valid Unicode text (usually bytes decoded with "
+                                 "errors='surrogateescape'); read the file with errors='replace' or fix its encoding") from None
     return Dataset.from_dict({'text': texts, 'id': ids, 'title': titles})
+
+def _as_columns(docs):
+    "Columns of `docs`: a table or dict of columns as it is; a list or any iterable of strings or of dicts, gathered."
+    if hasattr(docs, 'column_names') or isinstance(docs, dict): return docs
+    if isinstance(docs, (str, bytes)):
+        raise ValueError(f"documents must be several: got one {type(docs).__name__} ({docs[:40]!r}); wrap it in a list "
+                         "([text]) or give a table / dict with a 'text' column")
+    try: rows = list(docs)
+    except TypeError:
+        raise ValueError(f"documents must be a table (datasets.Dataset, pandas via Dataset.from_pandas), a dict of "
+                         f"columns with 'text', or a list / iterable of strings or dicts; got {type(docs).__name__}") from None
+    if not rows: raise ValueError("no documents: the list (or iterable) is empty")
+    if all(isinstance(r, str) for r in rows): return {'text': rows}
+    if all(isinstance(r, dict) for r in rows):
+        keys = [k for k in ('text', 'id', 'title') if any(k in r for r in rows)]
+        return {k: [r.get(k) for r in rows] for k in keys}
+    kinds = sorted({type(r).__name__ for r in rows})
+    raise ValueError(f"documents given as a list (or iterable) must all be strings or all dicts with 'text'; got {kinds}")
 
 def corpus_fingerprint(docs) -> str:
     "A short sha256 of the documents (id, title and text of each, in order)."
@@ -372,7 +405,8 @@ def _prepare(self, new_docs, source, input_fp=None):
     vb, vp, counts = _rows_for(blocks, self.stop_ids, start_block=nb0)
     _save_dataset(table, pend/'docs'); _save_dataset(blocks, pend/'blocks')
     np.savez(pend/'rows.npz', vec_block=vb, vec_pos=vp, counts=counts)
-    np.memmap(pend/'vectors.tmp', dtype=np.float16, mode='w+', shape=(max(len(vb), 1), self.hidden)).flush()
+    reserve_space(pend/'vectors.tmp', max(len(vb), 1) * self.hidden * 2)  # a sparse file would die with SIGBUS on a full disk
+    np.memmap(pend/'vectors.tmp', dtype=np.float16, mode='r+', shape=(max(len(vb), 1), self.hidden)).flush()
     st = dict(key, source=source, n_docs=len(table), n_blocks=len(blocks), n_vectors=int(len(vb)), input=input_fp)
     atomic_write_json(pend/'progress.json', dict(blocks_done=0))
     atomic_write_json(pend/'stage.json', st)  # written last: a stage without it is redone from scratch
@@ -454,6 +488,10 @@ def _recover(path: Path):
         with hold_lock(path, 'datastore'):
             if (path/'pending'/'commit.json').exists(): _finish_commit(path)
     except LockedError: pass  # its writer is finishing it right now; the old manifest stays valid until then
+    except OSError as e:  # a full or read-only disk: the previous generation is intact (the manifest is the commit point)
+        warnings.warn(f"{path}: a decided commit could not be finished ({type(e).__name__}: {e.strerror or e}); the "
+                      "previous committed version is used; free disk space (or make the folder writable) and open or "
+                      "add again to finish it", stacklevel=3)
 
 def _new_documents(self, docs):
     "`(documents not yet in the store or None, fingerprint of docs)`: an `add` repeated after it finished adds nothing."
@@ -485,6 +523,7 @@ def _add(self, new_docs, # documents to append: a table with `text` (+ optional 
     "Encode only the documents not yet in the store and append them (continues an interrupted `add`); returns `self`."
     if self.model is None or self.tok is None:
         raise ValueError("this datastore was opened without an encoder: use Datastore.load(path, model=..., tok=...) to add documents")
+    check_count('batch_size', batch_size); new_docs = _as_columns(new_docs)  # a generator is read once, here
     with hold_lock(self.path, 'datastore'):
         _recover(self.path); self._open(allow_unfinished=True)  # the latest committed state
         docs, fp = _new_documents(self, new_docs)
@@ -494,6 +533,9 @@ def _add(self, new_docs, # documents to append: a table with `text` (+ optional 
         was_training = self.model.training; self.model.eval()
         try: _encode_pending(self, batch_size, device, progress)
         finally: self.model.train(was_training)
+        done = read_json(self.path/'pending'/'progress.json')['blocks_done']
+        if done < st['n_blocks']:  # never commit vectors that were not encoded (they would be zeros with valid checksums)
+            raise RuntimeError(f"only {done} of {st['n_blocks']} blocks were encoded: nothing was committed; call again to continue")
         _commit(self, st)
     return self
 
@@ -510,7 +552,8 @@ def _build(cls, docs, # documents: a table with `text` (+ optional `id`, `title`
                                   # every later `add` to this store encodes the same way
          ) -> Datastore:
     "Build (or continue building) the datastore of `docs` at `path`."
-    path = Path(path)
+    path = Path(path); check_count('batch_size', batch_size); check_count('max_len', max_len, 3)  # [CLS] a token [SEP]
+    docs = _as_columns(docs)  # a generator is read once, here
     with hold_lock(path, 'datastore'):
         _recover(path)
         ds = cls._create(path, model, tok, max_len, remove_stopwords, source, None if amp == 'none' else amp)

@@ -28,7 +28,7 @@ globals()['faiss'] = _LazyFaiss()  # (not `faiss = ...`: that would put it into 
 
 # %% auto #0
 __all__ = ['KINDS', 'FAISS_GPU_MAX_K', 'training_sample', 'default_nlist', 'faiss_has_gpu', 'max_norm', 'VectorIndex',
-           'rescore_exact', 'build_index', 'recall_at_k', 'load_index', 'check_index']
+           'rescore_exact', 'check_index_params', 'build_index', 'recall_at_k', 'load_index', 'check_index']
 
 # %% ../nbs/10_index.ipynb #0500c885
 def _chunks(vectors, size: int = 65_536, desc: str = 'add', progress: bool = True):
@@ -222,6 +222,24 @@ def _where(index) -> str:
     if isinstance(index, _TorchFlat): return index.device
     return 'cuda' if 'Gpu' in type(index).__name__ else 'cpu'
 
+def check_index_params(kind: str, n: int, d: int, **p):
+    "Raise a clear `ValueError` for a parameter FAISS would crash on, or silently misuse, before FAISS sees it."
+    def whole(name, lo, hi=None, why=''):
+        v = p.get(name)
+        if v is None: return
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo or (hi is not None and v > hi):
+            rng = f'{lo}..{hi}' if hi is not None else f'>= {lo}'
+            raise ValueError(f"{name}={v!r}: must be a whole number {rng}{why}")
+    whole('chunk', 1, why=' (rows added at a time)')
+    if kind == 'ivfpq':
+        whole('nlist', 1, n, f' (inverted lists; the store has {n:,} vectors)')
+        whole('m', 1, d, f' (PQ code bytes; it must divide the dimension {d})')
+        if p.get('m') and d % p['m']: raise ValueError(f"m={p['m']}: must divide the dimension {d} (e.g. {[k for k in (8, 16, 32, 48, 64, 96) if d % k == 0]})")
+        whole('nbits', 1, 16, ' (bits a PQ sub-code)'); whole('nprobe', 1, why=' (lists searched a query)')
+        whole('train_size', 1, why=' (training vectors)')
+    if kind == 'hnsw':
+        whole('hnsw_m', 2, why=' (HNSW neighbours a node)'); whole('ef_search', 1); whole('ef_construction', 1)
+
 def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datastore`
                 kind: str = 'flat', # 'flat' (exact), 'hnsw' (the paper) or 'ivfpq' (the reference code)
                 nlist: int | None = None, # IVF lists (default `default_nlist(N, train_size)`)
@@ -246,6 +264,8 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
     store = vectors; vec = getattr(vectors, 'vectors', vectors)
     n, d = vec.shape
     if n == 0: raise ValueError("cannot index an empty store (0 vectors)")
+    check_index_params(kind, n, d, nlist=nlist, m=m, nbits=nbits, nprobe=nprobe, hnsw_m=hnsw_m, ef_search=ef_search,
+                       ef_construction=ef_construction, train_size=train_size, chunk=chunk)
     if kind == 'ivfpq':
         cap = default_nlist(n, train_size)
         if nlist is None: nlist = cap

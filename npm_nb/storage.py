@@ -9,8 +9,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['project_root', 'data_dir', 'results_dir', 'atomic_path', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_json', 'read_json', 'UnsafeFileError', 'load_state', 'file_checksum', 'folder_checksums',
-           'verify_checksums', 'LockedError', 'hold_lock', 'pid_alive']
+           'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json', 'UnsafeFileError', 'load_state',
+           'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'hold_lock', 'pid_alive']
 
 # %% ../nbs/00_storage.ipynb #a89dcfc9
 def project_root() -> Path:
@@ -57,6 +57,34 @@ def atomic_write_text(path, text: str):
 def atomic_write_json(path, obj, indent: int = 2):
     "Write `obj` as JSON to `path` atomically."
     return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False, default=str) + '\n')
+
+# %% ../nbs/00_storage.ipynb #3c0e3759
+def free_bytes(folder) -> int:
+    "Bytes free for us on the disk that holds `folder`."
+    import shutil
+    return shutil.disk_usage(folder).free
+
+def reserve_space(path, # the file to create (or grow) to `nbytes`
+                  nbytes: int, # its full size
+                  margin: int = 16 << 20, # also keep this much free (manifests, metadata)
+                 ):
+    "Create `path` with `nbytes` really allocated on disk; a clear `OSError` when the disk has no room for it."
+    import errno
+    path = Path(path); need = max(0, nbytes - (path.stat().st_size if path.exists() else 0))
+    free = free_bytes(path.parent)
+    if need + margin > free:
+        raise OSError(errno.ENOSPC, f"not enough disk space for {path.name}: it needs {need / 2**20:,.1f} MiB (+ "
+                      f"{margin / 2**20:.0f} MiB margin) and {free / 2**20:,.1f} MiB are free on the disk of "
+                      f"{path.parent}; free some space or set NPM_NB_DATA to a larger disk")
+    with open(path, 'ab') as f:
+        try: os.posix_fallocate(f.fileno(), 0, max(nbytes, 1))
+        except OSError as e:
+            if e.errno == errno.ENOSPC: raise OSError(errno.ENOSPC, f"the disk of {path.parent} is full: {path.name} "
+                                                     f"needs {nbytes / 2**20:,.1f} MiB; free some space") from None
+            f.truncate(nbytes)  # a file system without fallocate: the size (sparse), as before
+        except AttributeError: f.truncate(nbytes)  # no posix_fallocate on this OS
+    return path
+
 
 # %% ../nbs/00_storage.ipynb #84a498a0
 def read_json(path, # a JSON file written by this package

@@ -520,3 +520,69 @@ def test_r2_9_tokenizer_of_another_model_is_refused(tok):
     shifted = BertTokenizerFast(vocab={**{f'w{i}': i for i in range(len(tok) - 5)},
                                        **{t: len(tok) - 5 + i for i, t in enumerate(special)}})  # same size, [PAD] elsewhere
     raises(lambda: NPM(tiny_encoder(tok), shifted), 'pads with id')
+
+# ---------------------------------------------------------------- numbers that used to commit garbage or crash FAISS
+@pytest.mark.parametrize('bs', [-1, 0, 2.5])
+def test_r2_3_bad_batch_size_commits_nothing(models, tmp_path, bs):
+    m = models[0]
+    raises(lambda: m.build_datastore(DOCS, tmp_path/'z', max_len=32, batch_size=bs, progress=False), f'batch_size={bs!r}')
+    assert not (tmp_path/'z'/'manifest.json').exists() or not json.loads((tmp_path/'z'/'manifest.json').read_text())['parts']
+    ds = m.build_datastore(DOCS, tmp_path/'z', max_len=32, progress=False)  # a correct build afterwards really encodes
+    assert np.abs(np.asarray(ds.vectors, dtype=np.float32)).sum(1).min() > 0, 'an all-zero row was committed'
+
+def test_r2_3_store_never_commits_unencoded_blocks(models, tmp_path, monkeypatch):
+    import npm_nb.datastore as d
+    monkeypatch.setattr(d, '_encode_pending', lambda *a, **k: None)  # an encoder loop that wrote nothing
+    raises(lambda: models[0].build_datastore(DOCS, tmp_path/'z', max_len=32, progress=False), 'nothing was committed')
+
+@pytest.mark.parametrize('kw, part', [(dict(kind='ivfpq', nlist=0, m=8), 'nlist=0'), (dict(kind='hnsw', hnsw_m=0), 'hnsw_m=0'),
+                                      (dict(kind='flat', chunk=-1), 'chunk=-1'), (dict(kind='hnsw', hnsw_m=1), 'hnsw_m=1'),
+                                      (dict(kind='ivfpq', m=5), 'must divide'), (dict(kind='ivfpq', m=8, nbits=40), 'nbits=40')])
+def test_r2_4_index_parameters_refused_before_faiss(kw, part):
+    # in a child process: before the fix these crashed the interpreter (nlist=0 segfault, hnsw_m=0 abort)
+    code = (f"import numpy as np\nfrom npm_nb.index import build_index\nX = np.random.default_rng(0).normal(size=(300, 32)).astype(np.float16)\n"
+            f"try: build_index(X, progress=False, **{kw!r})\nexcept ValueError as e: print('CLEAR', e)\nelse: print('BUILT')")
+    r = subprocess.run([PY, '-c', code], capture_output=True, text=True, env=ENV, timeout=120)
+    assert r.returncode == 0 and 'CLEAR' in r.stdout and part in r.stdout, (r.returncode, r.stdout, r.stderr[-500:])
+
+# ---------------------------------------------------------------- full and read-only disks
+def test_r2_6_full_disk_is_a_clear_error_before_encoding(models, tmp_path, monkeypatch):
+    import npm_nb.storage as s
+    monkeypatch.setattr(s, 'free_bytes', lambda folder: 1 << 20)  # 1 MiB free
+    msg = raises(lambda: models[0].build_datastore(DOCS, tmp_path/'full', max_len=32, progress=False), 'not enough disk space')
+    assert 'MiB are free' in msg
+    monkeypatch.undo()
+    assert len(models[0].build_datastore(DOCS, tmp_path/'full', max_len=32, progress=False))  # room again: it builds
+
+def test_r2_7_unfinishable_commit_does_not_block_readers(models, store, tmp_path, monkeypatch):
+    import npm_nb.datastore as d
+    m, p, write = models[0], tmp_path/'ro', d.atomic_write_json
+    ds = m.build_datastore(DOCS, p, max_len=32, progress=False); n0 = len(ds)
+    def boom(path, obj, *a, **k):  # killed just before the manifest of generation 2 is written
+        if Path(path).name == 'manifest.json' and obj.get('generation') == 2: raise Killed()
+        return write(path, obj, *a, **k)
+    monkeypatch.setattr(d, 'atomic_write_json', boom)
+    with pytest.raises(Killed): ds.add(MORE, progress=False)
+    monkeypatch.setattr(d, 'atomic_write_json', write)
+    def full(*a, **k): raise OSError(28, 'No space left on device')
+    monkeypatch.setattr(d, '_finish_commit', full)  # the disk is now full (or read-only): the commit cannot finish
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always'); back = Datastore.load(p)
+    assert len(back) == n0 and back.doc_ids == DOCS['id'], 'the intact previous version is read'
+    assert any('could not be finished' in str(x.message) for x in w)
+    monkeypatch.undo()
+    assert Datastore.load(p).doc_ids == DOCS['id'] + MORE['id']  # with room again, the next open finishes the add
+
+# ---------------------------------------------------------------- documents in other shapes
+def test_r2_surrogate_in_documents_is_named(models, tmp_path):
+    raises(lambda: models[0].build_datastore({'text': ['fine', 'bad \udcff byte'], 'id': ['a', 'b']}, tmp_path/'s',
+                                             max_len=32, progress=False), "document 'b'", 'lone surrogate')
+
+def test_r2_documents_as_generator_list_or_dicts(models, tmp_path):
+    m = models[0]
+    a = m.build_datastore((t for t in DOCS['text']), tmp_path/'g', max_len=32, progress=False)
+    b = m.build_datastore(list(DOCS['text']), tmp_path/'l', max_len=32, progress=False)
+    c = m.build_datastore([{'text': t, 'id': str(i)} for i, t in enumerate(DOCS['text'])], tmp_path/'d', max_len=32, progress=False)
+    assert np.array_equal(np.asarray(a.vectors), np.asarray(b.vectors)) and np.array_equal(np.asarray(a.vectors), np.asarray(c.vectors))
+    raises(lambda: m.build_datastore('one text', tmp_path/'x', max_len=32, progress=False), 'wrap it in a list')
+    raises(lambda: m.build_datastore([1, 2], tmp_path/'y', max_len=32, progress=False), 'all be strings or all dicts')
