@@ -13,12 +13,12 @@ from .storage import (project_root, results_dir, data_dir, atomic_path, atomic_w
                             read_json, hold_lock, LockedError)
 
 # %% auto #0
-__all__ = ['PACKAGES', 'LOCAL_MARK', 'OUTPUT_KINDS', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml', 'deep_merge',
-           'params_dir', 'list_profiles', 'find_profile', 'load_profile', 'parse_value', 'apply_overrides',
-           'parameter_rule', 'rule_violation', 'experiments_dir', 'list_experiments', 'notebook_path',
-           'notebook_parameters', 'make_demo_notebook', 'value_matches', 'plan', 'new_run_id', 'env_info', 'step_key',
-           'run_step', 'markdown_table', 'beside_paper', 'write_table', 'save_figure', 'latest_run',
-           'write_results_readme', 'summary_table', 'run_batch', 'describe', 'main']
+__all__ = ['FREE_TEXT', 'PACKAGES', 'LOCAL_MARK', 'OUTPUT_KINDS', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml',
+           'deep_merge', 'params_dir', 'list_profiles', 'find_profile', 'load_profile', 'parse_value',
+           'apply_overrides', 'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir', 'list_experiments',
+           'notebook_path', 'notebook_parameters', 'make_demo_notebook', 'value_matches', 'plan', 'new_run_id',
+           'env_info', 'step_key', 'run_step', 'markdown_table', 'beside_paper', 'write_table', 'save_figure',
+           'latest_run', 'write_results_readme', 'summary_table', 'run_batch', 'describe', 'main']
 
 # %% ../nbs/13_batch.ipynb #3542fcce
 class BatchError(Exception):
@@ -29,8 +29,21 @@ _Loader.add_implicit_resolver('tag:yaml.org,2002:float', re.compile(
     r'^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$'),
     list('-+0123456789.'))
 
+def _unique_mapping(loader, node, deep=False):
+    "A mapping whose keys are all different: YAML would silently keep the last of two equal keys."
+    seen = {}
+    for k, _ in node.value:
+        key = loader.construct_object(k, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                'while reading a mapping', node.start_mark,
+                f"duplicate key {key!r} (first on line {seen[key].line + 1}): keep one of them", k.start_mark)
+        seen[key] = k.start_mark
+    return loader.construct_mapping(node, deep=deep)
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
 def read_yaml(text: str):
-    "Parse YAML text (safe), reading `3e-4` as a float."
+    "Parse YAML text (safe), reading `3e-4` as a float and refusing duplicate keys."
     return yaml.load(text, Loader=_Loader)
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -96,6 +109,9 @@ def load_profile(profile: str, folder=None) -> dict:
         for nb, spec in (d.get('notebooks') or {}).items():
             if (spec is not None and not isinstance(spec, dict)) or set(spec or {}) - {'params', 'after', 'enabled'}:
                 raise BatchError(f"{f}: notebooks.{nb} must be a mapping with `params`, `after` and/or `enabled`.")
+            if 'enabled' in (spec or {}) and not isinstance(spec['enabled'], bool):
+                raise BatchError(f"{f}: notebooks.{nb}.enabled is {spec['enabled']!r} ({type(spec['enabled']).__name__}); "
+                                 "write `enabled: true` or `enabled: false` (unquoted): a quoted 'no' is a string.")
         cfg = deep_merge(cfg, {'params': d.get('params') or {},
                                'notebooks': {str(k): v or {} for k, v in (d.get('notebooks') or {}).items()}})
     return {'profile': path.stem, 'params': cfg.get('params', {}), 'notebooks': cfg.get('notebooks', {})}
@@ -154,10 +170,40 @@ def _device_violation(value) -> str | None:
     if m.group(1) is not None and int(m.group(1)) >= n: return f"this machine has {n} GPU(s): cuda:0 to cuda:{n - 1}"
     return None
 
+_POSITIVE = re.compile(r'(batch_size|max_len|short_len|k|restrict_k|l_max|per_bucket|store_per_bucket|grad_accum|'
+                       r'log_every|save_every|eval_every|refresh_every|reps|train_size|ef_construction|steps|eval_k|'
+                       r'max_mentions|n_(?!mlm_).*|hnsw_m)')  # sizes and counts that cannot be 0
+_FRACTION = re.compile(r'(heldout|.*_frac|target_recall|alpha|.*_prob)')  # shares and probabilities
+_NUMBER_LISTS = re.compile(r'(fractions|.*_sweep|curve_steps|mlm_evals|sweep_lrs)')  # comma-separated numbers
+FREE_TEXT = ('profile', 'model', 'encoder', 'sections', 'rows', 'row', 'hnsw_graphs', 'open_tasks', 'closed_task',
+             'open_task', 'dense_index', 'refresh', 'lm', 'retriever', 'reader')  # names checked by the notebook itself
+
+def implied_rule(name: str, type_: str | None,
+                 help: str = '', # its comment: `0: all` / `0 = off` there allows 0 for a count
+                ) -> str | None:
+    "The rule a parameter without a rule comment gets from its name, type and help (ints and floats are never negative)."
+    if type_ == 'int' and re.search(r'\b0\s*[:=]', help): return '>= 0'
+    if name == 'device': return 'device'
+    if name == 'corpora' or name.endswith('_corpora'): return 'one of: npm_nb.corpora.CORPORA'
+    if name == 'tasks' or name.endswith('_tasks'): return 'one of: npm_nb.tasks.TASKS'
+    if type_ == 'str' and (_NUMBER_LISTS.fullmatch(name) or name == 'ks'): return 'numbers'
+    if type_ == 'float' and _FRACTION.fullmatch(name): return 'fraction'
+    if type_ == 'int' and _POSITIVE.fullmatch(name): return '>= 1'
+    if type_ == 'float' and name in ('lr', 'clip', 'temperature'): return '> 0'
+    if type_ in ('int', 'float'): return '>= 0'
+    return None
+
 def rule_violation(value, rule: str | None) -> str | None:
-    "Why `value` breaks `rule` (from `parameter_rule`), or None when it does not (or there is no rule)."
+    "Why `value` breaks `rule` (from `parameter_rule` or `implied_rule`), or None when it does not (or there is no rule)."
     if not rule: return None
     if rule == 'device': return _device_violation(value)
+    if rule == 'fraction':
+        if isinstance(value, bool) or not isinstance(value, (int, float)): return None  # the type check reports it
+        return None if 0 <= value <= 1 else "it must be between 0 and 1"
+    if rule == 'numbers':
+        if not isinstance(value, str): return None
+        bad = [x for x in value.split(',') if x.strip() and not re.fullmatch(r'\s*[+]?(\d[\d_]*\.?\d*|\.\d+)([eE][-+]?\d+)?\s*', x)]
+        return f"{', '.join(map(repr, bad))} is not a number >= 0 (write comma-separated numbers, e.g. '1,2.5')" if bad else None
     if rule.startswith('one of:'):
         allowed = _allowed(rule[len('one of:'):])
         items = ([x.strip() for x in value.split(',') if x.strip()] if isinstance(value, str) else
@@ -226,6 +272,8 @@ def notebook_parameters(path) -> dict:
             except Exception: d['type'] = 'Any'
             if d['type'] == 'NoneType': d['type'] = 'Any'
         d['rule'] = parameter_rule(comments.get(node.end_lineno) or d['help'])
+    for name, d in out.items():  # a parameter without a rule comment gets the rule its name and type imply
+        if not d.get('rule'): d['rule'], d['implied'] = implied_rule(name, d.get('type'), d.get('help') or ''), True
     return out
 
 # %% ../nbs/13_batch.ipynb #e4ce990c
@@ -307,7 +355,8 @@ def plan(cfg: dict, # a configuration from `load_profile` / `apply_overrides`
                 errors.append(f"{name}: parameter {k!r} expects {decl[k]['type']} (default {decl[k]['default']}), "
                               f"got {_describe(v)}. Fix the value in the profile or on the command line (`-p {name}.{k} ...`).")
             elif why := rule_violation(v, decl[k].get('rule')):
-                errors.append(f"{name}: parameter {k!r} = {v!r} is not allowed: {why} (the notebook declares "
+                src = ('its name and type imply' if decl[k].get('implied') else 'the notebook declares')
+                errors.append(f"{name}: parameter {k!r} = {v!r} is not allowed: {why} ({src} "
                               f"[{decl[k]['rule']}]). Fix the value in the profile or on the command line (`-p {name}.{k} ...`).")
         after = spec.get('after') or []
         if isinstance(after, str): after = [after]
@@ -318,6 +367,12 @@ def plan(cfg: dict, # a configuration from `load_profile` / `apply_overrides`
         steps[name] = {'name': name, 'path': path, 'after': [a for a in after if a in nbs], 'params': params}
     for k in cfg.get('_cli_shared', []):
         if k not in used_shared: errors.append(f"-p {k}: no notebook of this profile declares {k!r}; use `-p <notebook>.{k}` or check the name.")
+    known = set()  # a shared key no experiment declares is a typo (a profile may share keys with notebooks it disables)
+    for n in list_experiments(folder): known |= set(notebook_parameters(notebook_path(n, folder)))
+    for k in set(cfg['params']) - known - {'profile'} - set(cfg.get('_cli_shared', [])):
+        close = difflib.get_close_matches(k, sorted(known), n=1)
+        errors.append(f"params: shared parameter {k!r} is declared by no experiment notebook"
+                      + (f"; did you mean {close[0]!r}?" if close else '.') + " Fix its name in the profile.")
     if errors: raise BatchError('\n'.join(['The profile cannot run:'] + [f'  - {e}' for e in errors]))
     order, state = [], {}
     def visit(n, stack):

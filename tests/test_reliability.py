@@ -586,3 +586,35 @@ def test_r2_documents_as_generator_list_or_dicts(models, tmp_path):
     assert np.array_equal(np.asarray(a.vectors), np.asarray(b.vectors)) and np.array_equal(np.asarray(a.vectors), np.asarray(c.vectors))
     raises(lambda: m.build_datastore('one text', tmp_path/'x', max_len=32, progress=False), 'wrap it in a list')
     raises(lambda: m.build_datastore([1, 2], tmp_path/'y', max_len=32, progress=False), 'all be strings or all dicts')
+
+# ---------------------------------------------------------------- every parameter has a rule; profiles say what they mean
+def test_r2_8_every_parameter_has_a_rule():
+    "A new numeric or list parameter without a rule (comment or implied) fails here, so --dry-run checks every value."
+    from npm_nb.batch import list_experiments, notebook_parameters, notebook_path, FREE_TEXT
+    missing = [f'{n}.{k} ({v["type"]})' for n in list_experiments() for k, v in notebook_parameters(notebook_path(n)).items()
+               if not v.get('rule') and v['type'] != 'bool' and k not in FREE_TEXT]
+    assert not missing, f'parameters without a rule: {missing}'
+
+@pytest.mark.parametrize('name, value, part', [
+    ('01_train.grad_accum', '0', 'must be >= 1'), ('01_train.weight_decay', '-0.1', 'must be >= 0'),
+    ('01_train.heldout', '1.5', 'between 0 and 1'), ('05_open_set.l_max', '0', 'must be >= 1'),
+    ('05_open_set.corpora', 'factbook2025,nosuch', "'nosuch' is not one of"), ('01_train.seed', '-1', 'must be >= 0'),
+    ('03_index_benchmark.ef_sweep', '16,abc', "'abc' is not a number"), ('04_closed_set.max_tokens', '-5', 'must be >= 0'),
+    ('07_translation.n_per_lang', '-1', 'must be >= 0'), ('12b_replug_tasks.weighting', 'unifrom', "did you mean 'uniform'")])
+def test_r2_8_impossible_values_without_a_rule_comment(capsys, name, value, part):
+    assert batch_main(['smoke', '--dry-run', '-p', name, value]) == 2
+    assert part in capsys.readouterr().err
+
+def test_r2_8_zero_means_all_where_the_help_says_so(capsys):
+    assert batch_main(['smoke', '--dry-run', '-p', '07_translation.n_per_lang', '0', '-p', '06_temporal.n_countries', '0']) == 0
+
+@pytest.mark.parametrize('text, part', [
+    ('notebooks:\n  01_a: {enabled: "no"}\n', 'write `enabled: true` or `enabled: false`'),
+    ('notebooks:\n  01_a: {enabled: 0}\n', 'write `enabled: true` or `enabled: false`'),
+    ('params:\n  stesp: 3\nnotebooks:\n  01_a: {}\n', "shared parameter 'stesp' is declared by no experiment notebook; did you mean 'steps'"),
+    ('params:\n  steps: 3\n  steps: 4\nnotebooks:\n  01_a: {}\n', "duplicate key 'steps' (first on line 2)"),
+    ('notebooks:\n  01_a: {}\n  01_a: {enabled: false}\n', "duplicate key '01_a'")])
+def test_r2_10_profiles_mean_what_they_say(ws, capsys, text, part):
+    (ws['pa']/'p.yaml').write_text(text)
+    assert batch_main(['p', '--dry-run'] + ws['cli']) == 2
+    assert part in capsys.readouterr().err
