@@ -4,13 +4,13 @@
 
 # %% ../nbs/14_explorer.ipynb #699c2248
 from __future__ import annotations
-import argparse, hashlib, html, json, re, shutil, socket, sys, threading, time, traceback, warnings
+import argparse, hashlib, html, json, os, re, shutil, socket, sys, tempfile, threading, time, traceback, warnings, weakref
 from dataclasses import dataclass, field, asdict
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 import numpy as np, torch
-from .storage import data_dir, atomic_write_json
+from .storage import data_dir, results_dir, project_root, atomic_write_json
 from .models import default_device, encoder_fingerprint
 from .tasks import TASKS, LOCAL_TASKS
 from .datastore import Datastore
@@ -19,20 +19,26 @@ from .inference import (MASK, NPM, neighbours, similarity, block_rows, bm25_quer
 from .reference import trained_path, reference_datastore, reference_bm25, store_key
 
 # %% auto #0
-__all__ = ['MAX_QUERY_CHARS', 'MAX_CORPUS_CHARS', 'EXAMPLE', 'CORPORA', 'FIGURE1_DOCS', 'MODELS', 'STYLE', 'PAGE', 'EXAMPLES',
-           'CHROMIUM_ARGS', 'BENCH_QUERIES', 'BENCH_TEMPLATES', 'InputProblem', 'check_query', 'parse_corpus',
-           'closed_set_task', 'parse_labels', 'task_verbalizer', 'CorpusEntry', 'register_corpus', 'ModelEntry',
-           'register_model', 'Settings', 'Evidence', 'Exploration', 'evidence', 'doc_meta', 'NPMResources',
-           'prepare_npm', 'answer_npm', 'register_checkpoint', 'Explorer', 'bars_svg', 'render_error', 'render_html',
-           'explorer_widget', 'create_app', 'chromium_path', 'free_port', 'serve_in_thread', 'screenshot',
-           'start_explorer', 'main', 'latency_benchmark', 'write_latency']
+__all__ = ['MAX_QUERY_CHARS', 'MAX_CORPUS_CHARS', 'MAX_CORPUS_TOKENS', 'EXAMPLE', 'CORPORA', 'FIGURE1_DOCS', 'MODELS',
+           'PASTED_KEEP', 'PASTED_BYTES', 'STYLE', 'PAGE', 'EXAMPLES', 'MAX_BODY_BYTES', 'LOCAL_HOSTS', 'CHROMIUM_ARGS',
+           'BENCH_QUERIES', 'BENCH_TEMPLATES', 'InputProblem', 'check_query', 'parse_corpus', 'check_paste_tokens',
+           'public_message', 'closed_set_task', 'parse_labels', 'task_verbalizer', 'CorpusEntry', 'register_corpus',
+           'ModelEntry', 'register_model', 'Settings', 'Evidence', 'Exploration', 'evidence', 'doc_meta',
+           'NPMResources', 'prepare_npm', 'answer_npm', 'register_checkpoint', 'pasted_root', 'sweep_pasted',
+           'Explorer', 'bars_svg', 'render_error', 'render_html', 'explorer_widget', 'host_name', 'allowed_hosts',
+           'create_app', 'chromium_path', 'free_port', 'serve_in_thread', 'screenshot', 'start_explorer', 'main',
+           'latency_benchmark', 'write_latency']
 
 # %% ../nbs/14_explorer.ipynb #2b2d2377
 MAX_QUERY_CHARS = 1_000     # a query is a sentence or two around the blank
-MAX_CORPUS_CHARS = 50_000   # pasted reference text (encoded on the spot: ~10k tokens)
+MAX_CORPUS_CHARS = 20_000   # pasted reference text, encoded on the spot (~4.6k MiniLM tokens of English, ~1 s on 2 cores)
+MAX_CORPUS_TOKENS = 6_000   # ... and in the model's tokens (other scripts and digits take more tokens per character)
 
 class InputProblem(ValueError):
     "Bad input from a person: the message says what was wrong and how to fix it (the UI shows it as is)."
+    def __init__(self, message: str,
+                 status: int = 422): # the web app's HTTP status: 422 (readable, but the content is wrong), 413 (too long)
+        super().__init__(message); self.status = status
 
 EXAMPLE = f'Thessaloniki is a city in {MASK}.'
 
@@ -43,7 +49,7 @@ def check_query(text: str | None, # what the person typed
     if not text: raise InputProblem(f"Type a sentence with one {MASK} where the missing phrase goes, e.g. '{EXAMPLE}'")
     if len(text) > max_chars:
         raise InputProblem(f"The query is {len(text):,} characters long; keep it under {max_chars:,}: a sentence or two "
-                           f"around the {MASK} is all NPM reads.")
+                           f"around the {MASK} is all NPM reads.", 413)
     text = re.sub(r'\[\s*mask\s*\]', MASK, text, flags=re.I)
     n = text.count(MASK)
     if n == 0: raise InputProblem(f"The query has no {MASK}: write {MASK} where the missing phrase goes, e.g. '{EXAMPLE}'")
@@ -60,7 +66,7 @@ def parse_corpus(text: str | None, # pasted reference text: paragraphs separated
                                     "lines) for NPM to retrieve phrases from, or pick one of the built-in corpora.")
     if len(text) > max_chars:
         raise InputProblem(f"The pasted corpus is {len(text):,} characters long; the explorer encodes pasted text on the "
-                           f"spot, so keep it under {max_chars:,} (or build a datastore with `NPM.build_datastore`).")
+                           f"spot, so keep it under {max_chars:,} (or build a datastore with `NPM.build_datastore`).", 413)
     docs = {'text': [], 'id': [], 'title': []}
     for i, para in enumerate(p.strip() for p in re.split(r'\n\s*\n', text)):
         if not para: continue
@@ -69,6 +75,36 @@ def parse_corpus(text: str | None, # pasted reference text: paragraphs separated
         else: title, body = ' '.join(para.split()[:6]), para
         docs['text'].append(body); docs['id'].append(f'pasted-{len(docs["id"])}'); docs['title'].append(title)
     return docs
+
+# %% ../nbs/14_explorer.ipynb #b7e1a002
+def check_paste_tokens(docs: dict, # documents from `parse_corpus`
+                       tok, # the model's tokenizer
+                       max_tokens: int = MAX_CORPUS_TOKENS) -> int:
+    "The tokens the pasted documents cost the encoder, or an `InputProblem` (413) over `max_tokens`, or (422) without a BM25 word."
+    n = sum(len(ids) for ids in tok(list(docs['text']), add_special_tokens=False, verbose=False)['input_ids'])
+    if n > max_tokens:
+        raise InputProblem(f"The pasted corpus is {n:,} tokens long; the explorer encodes pasted text on the spot, so keep "
+                           f"it under {max_tokens:,} tokens (about {MAX_CORPUS_CHARS:,} characters of English: other "
+                           "scripts and digits take more tokens per character).", 413)
+    import bm25s
+    if not any(bm25s.tokenize(list(docs['text']), stopwords='en', return_ids=False, show_progress=False)):
+        raise InputProblem("The pasted corpus has no word BM25 can index (two or more letters, not a stopword): paste "
+                           "some sentences of real text.")
+    return n
+
+# %% ../nbs/14_explorer.ipynb #b7e1a005
+_ABSOLUTE_PATH = re.compile(r"""(?<![\w.:/~\\-])(?:/[^\s/'"`:;,()<>|\[\]{}]+)+/?""")
+
+def public_message(message: str) -> str:
+    "`message` without absolute server paths: under the data, results or project folder relative to it, elsewhere its last part."
+    roots = sorted({(str(p), name) for r, name in ((data_dir(), 'data'), (results_dir(), 'results'), (project_root(), ''))
+                    for p in (Path(r), Path(r).resolve()) if len(p.parts) > 1}, key=lambda x: -len(x[0]))
+    def short(m):
+        p = m.group(0).rstrip('/')
+        for root, name in roots:
+            if p == root or p.startswith(root + '/'): return '/'.join(filter(None, (name, p[len(root):].strip('/')))) or '.'
+        return '…/' + p.rsplit('/', 1)[-1]
+    return _ABSOLUTE_PATH.sub(short, str(message))
 
 # %% ../nbs/14_explorer.ipynb #51e21aa3
 def closed_set_task(query: str) -> str | None:
@@ -157,8 +193,9 @@ class ModelEntry:
     key: str
     label: str
     load: Callable        # (profile, device) -> model
-    prepare: Callable     # (model, CorpusEntry, docs or None, profile) -> resources (datastore, indexes, ...)
-    answer: Callable      # (model, resources, query, Settings) -> Exploration
+    prepare: Callable     # (model, CorpusEntry, docs or None, profile, progress[, folder=]) -> resources (datastore, indexes,
+                          # ...); a pasted corpus gets `folder`, where to build it: the explorer deletes it when done with it
+    answer: Callable      # (model, resources, query, Settings) -> Exploration; called from many threads at once
     missing: Callable = lambda profile: None  # profile -> why it cannot be loaded (None: it can)
 
 MODELS: dict[str, ModelEntry] = {}
@@ -270,24 +307,24 @@ class NPMResources:
     corpus: CorpusEntry
 
 class _LastSearch:
-    "An index that remembers its last search: the explorer's distributions and `NPM.predict` ask for the same neighbours."
-    def __init__(self, index): self.index, self._last = index, (None, None)
+    "An index that remembers its last search (per thread): the explorer's distributions and `NPM.predict` ask for the same neighbours."
+    def __init__(self, index): self.index, self._last = index, threading.local()
     def __len__(self): return len(self.index)
     def __getattr__(self, name):  # params, device, ...: the wrapped index's
-        if name == 'index': raise AttributeError(name)  # not set yet (copy, pickle): no recursion
+        if name in ('index', '_last'): raise AttributeError(name)  # not set yet (copy, pickle): no recursion
         return getattr(self.index, name)
     def search(self, q, k):
-        key = (np.asarray(q).tobytes(), k)
-        if self._last[0] != key: self._last = (key, self.index.search(q, k))
-        return self._last[1]
+        key, last = (np.asarray(q).tobytes(), k), self._last
+        if getattr(last, 'key', None) != key: last.key, last.found = key, self.index.search(q, k)
+        return last.found
 
 def _remember_queries(model: NPM) -> NPM:
-    "Let `model` reuse the vectors of the query it encoded last (the explorer encodes it, then `predict` does)."
-    enc, last = model.encode_queries, {}
+    "Let `model` reuse the vectors of the query it encoded last in this thread (the explorer encodes it, then `predict` does)."
+    enc, last = model.encode_queries, threading.local()
     def encode_queries(texts, batch_size: int = 32):
         key = (texts,) if isinstance(texts, str) else tuple(texts)
-        if last.get('key') != key: last.update(key=key, q=enc(texts, batch_size))
-        return last['q']
+        if getattr(last, 'key', None) != key: last.key, last.q = key, enc(texts, batch_size)
+        return last.q
     model.encode_queries = encode_queries
     return model
 
@@ -295,7 +332,9 @@ def _docs_key(docs: dict) -> str:
     return hashlib.sha1(json.dumps(docs, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:12]
 
 def prepare_npm(model: NPM, corpus: CorpusEntry, docs: dict | None = None, # pasted documents (corpus.pasted)
-                profile: str = 'cpu', progress: bool = True, dense_index: bool = True) -> NPMResources:
+                profile: str = 'cpu', progress: bool = True, dense_index: bool = True,
+                folder=None, # where to build the store of given documents (a paste: the explorer's temporary folder)
+               ) -> NPMResources:
     "Build or load the datastore of `corpus` for this encoder, with its BM25 index (cached) and an exact FAISS index."
     if corpus.names:
         row = store_key(getattr(model, '_explorer_key', model.mode))  # the experiments' store of this encoder row
@@ -304,7 +343,8 @@ def prepare_npm(model: NPM, corpus: CorpusEntry, docs: dict | None = None, # pas
     else:
         docs = docs if corpus.pasted else corpus.docs
         if not docs or not docs.get('text'): raise InputProblem("The corpus is empty: paste a few paragraphs of reference text.")
-        path = data_dir('cache', 'explorer', 'stores', f'{encoder_fingerprint(model.encoder)[:8]}-{_docs_key(docs)}')
+        if corpus.pasted: check_paste_tokens(docs, model.tok)
+        path = Path(folder or data_dir('cache', 'explorer', 'stores'))/f'{encoder_fingerprint(model.encoder)[:8]}-{_docs_key(docs)}'
         ds = Datastore.load(path, model.encoder, model.tok) if (path/'manifest.json').exists() and not (path/'pending').exists() \
              else model.build_datastore(docs, path, remove_stopwords=True, progress=progress)
     if len(ds) == 0: raise InputProblem("The corpus has no words NPM can retrieve (only stopwords or symbols): paste more text.")
@@ -418,16 +458,72 @@ def register_checkpoint(path, # a checkpoint folder written by `npm_nb.training`
                               load, prepare_npm, answer_npm, missing))
     return key
 
+# %% ../nbs/14_explorer.ipynb #c9d2e002
+PASTED_KEEP = 3              # pasted corpora an explorer keeps ready (in memory and on disk); older ones are deleted
+PASTED_BYTES = 32 * 2**20    # ... and at most this many bytes of them on disk (a paste at the limits makes ~2-5 MB)
+
+def pasted_root() -> Path:
+    "Where explorers keep their pasted stores: one folder per running explorer."
+    return data_dir('cache', 'explorer', 'pasted')
+
+def _lock_file(path, create: bool = True) -> int | None:
+    "A descriptor holding an exclusive `flock` on `path`, or None when another holder has it (or it is missing)."
+    import fcntl
+    try: fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+    except FileNotFoundError: return None
+    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); return fd
+    except BlockingIOError: os.close(fd); return None
+
+def _remove_folder(folder, fd: int | None = None, rmtree=shutil.rmtree, close=os.close):  # bound now: runs at exit too
+    rmtree(folder, ignore_errors=True)
+    if fd is not None: close(fd)
+
+def _folder_bytes(folder) -> int:
+    return sum(f.stat().st_size for f in Path(folder).rglob('*') if f.is_file())
+
+# %% ../nbs/14_explorer.ipynb #c9d2e003
+def _old_paste(store: Path) -> bool:
+    "Whether `store` was built by an earlier version for pasted text (its documents are 'pasted-N')."
+    try:
+        from datasets import load_from_disk
+        g = json.loads((store/'manifest.json').read_text())['generation']
+        return str(load_from_disk(str(store/f'meta-{g}'/'docs'))['id'][0]).startswith('pasted-')
+    except Exception: return False
+
+def sweep_pasted(root=None, # default: `pasted_root()`
+                 stores=None, # the built-in corpora's store cache, where earlier versions also put pastes
+                 grace_s: float = 60) -> list:
+    "Delete the paste folders no running explorer holds (a killed one's), and old pastes among the stores; their names."
+    root, gone = Path(root or pasted_root()), []
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        try:
+            fd = _lock_file(d/'.owner', create=False) if d.is_dir() else None
+            if fd is None and ((d/'.owner').exists() or time.time() - d.stat().st_mtime < grace_s): continue  # held, or new
+        except OSError: continue  # removed meanwhile, or not ours to read
+        _remove_folder(d, fd); gone.append(d.name)
+    stores = Path(stores or data_dir('cache', 'explorer', 'stores'))
+    for d in sorted(stores.iterdir()) if stores.is_dir() else []:
+        if _old_paste(d): shutil.rmtree(d, ignore_errors=True); gone.append(d.name)
+    return gone
+
 # %% ../nbs/14_explorer.ipynb #6efcf6cb
 class Explorer:
     "Models and prepared corpora, loaded once; `explore(query, ...)` answers. Shared by the notebook and the web app."
     def __init__(self, profile: str = 'cpu', # whose checkpoints and corpus budgets
                  device: str | None = None, progress: bool = True,
                  fuzzy: bool = True, # closed-set templates use the fuzzy verbalizer (else the label words alone)
-                 keep: int = 3, # prepared (model, corpus) pairs kept in memory
+                 keep: int = 3, # prepared built-in (model, corpus) pairs kept in memory
+                 keep_pasted: int = PASTED_KEEP, # pasted corpora kept (in memory and on disk); older ones are deleted
+                 pasted_bytes: int = PASTED_BYTES, # ... and at most this many bytes of pasted stores on disk
                 ):
         self.profile, self.device, self.progress, self.fuzzy, self.keep = profile, device or default_device(), progress, fuzzy, keep
-        self._models, self._res, self._lock = {}, {}, threading.RLock()
+        self.keep_pasted, self.pasted_bytes = keep_pasted, pasted_bytes
+        self._models, self._res, self._pasted = {}, {}, {}  # _pasted: key -> (folder, bytes) of a paste's store
+        self._lock = threading.Lock()  # guards the tables above only: never held while loading, building or answering
+        self._busy = {}  # key -> Lock of a model being loaded or a corpus being prepared: only its askers wait for it
+        self._paste_slot = threading.Semaphore(1)  # pastes are encoded one at a time
+        self._paste_dir = self._cleanup = None
+        sweep_pasted()  # pastes left by explorers that were killed
 
     def default_model(self) -> tuple[str, str | None]:
         "The trained NPM when the profile has one, else the init, with a note saying why."
@@ -438,32 +534,90 @@ class Explorer:
 
     def options(self) -> dict:
         "The models (with why one is unavailable) and corpora to offer."
-        return {'models': [{'key': k, 'label': e.label, 'missing': e.missing(self.profile)} for k, e in MODELS.items()],
+        models = []
+        for k, e in MODELS.items():
+            why = e.missing(self.profile)
+            models.append({'key': k, 'label': e.label, 'missing': public_message(why) if why else None})
+        return {'models': models,
                 'corpora': [{'key': k, 'label': e.label, 'pasted': e.pasted} for k, e in CORPORA.items()]}
 
-    def model(self, key: str):
-        "The loaded model of registry entry `key` (loaded on first use)."
-        if key == 'auto': key = self.default_model()[0]
-        if key not in MODELS: raise InputProblem(f"Unknown model {key!r}: choose one of {', '.join(MODELS)}.")
-        if key not in self._models:
-            why = MODELS[key].missing(self.profile)
-            if why: raise InputProblem(f"{MODELS[key].label} is not available: {why}")
-            m = MODELS[key].load(self.profile, self.device); m._explorer_fuzzy = self.fuzzy
-            self._models[key] = m
-        return self._models[key]
+    def _once(self, key, table: dict, make: Callable):
+        "`table[key]`, made by `make()` the first time; only askers of the same key wait while it is made."
+        with self._lock:
+            if key in table: table[key] = table.pop(key); return table[key]  # most recent last
+            busy = self._busy.setdefault(key, threading.Lock())
+        with busy:
+            with self._lock:
+                if key in table: return table[key]  # made by the asker we waited for
+            try: value = make()
+            except BaseException:
+                with self._lock: self._busy.pop(key, None)
+                raise
+            with self._lock: table[key] = value; self._busy.pop(key, None)
+            return value
 
-    def resources(self, model_key: str, corpus_key: str, corpus_text: str | None = None):
-        "The corpus prepared for the model (built or loaded once; the `keep` most recent are kept)."
-        if corpus_key not in CORPORA: raise InputProblem(f"Unknown corpus {corpus_key!r}: choose one of {', '.join(CORPORA)}.")
-        c = CORPORA[corpus_key]; docs = parse_corpus(corpus_text) if c.pasted else None
-        if model_key == 'auto': model_key = self.default_model()[0]
-        m = self.model(model_key)
-        key = (model_key, corpus_key, _docs_key(docs) if docs else '')
-        if key not in self._res:
-            self._res[key] = MODELS[model_key].prepare(m, c, docs, self.profile, self.progress)
-            while len(self._res) > self.keep: self._res.pop(next(iter(self._res)))
-        else: self._res[key] = self._res.pop(key)  # most recent last
-        return self._res[key]
+# %% ../nbs/14_explorer.ipynb #c9d2e005
+def _model(self: Explorer, key: str):
+    "The loaded model of registry entry `key` (loaded on first use)."
+    if key == 'auto': key = self.default_model()[0]
+    if key not in MODELS: raise InputProblem(f"Unknown model {key!r}: choose one of {', '.join(MODELS)}.")
+    def load():
+        why = MODELS[key].missing(self.profile)
+        if why: raise InputProblem(f"{MODELS[key].label} is not available: {why}")
+        m = MODELS[key].load(self.profile, self.device); m._explorer_fuzzy = self.fuzzy
+        return m
+    return self._once(('model', key), self._models, load)
+
+def _resources(self: Explorer, model_key: str, corpus_key: str, corpus_text: str | None = None):
+    "The corpus prepared for the model (built or loaded once, then kept while among the most recent)."
+    if corpus_key not in CORPORA: raise InputProblem(f"Unknown corpus {corpus_key!r}: choose one of {', '.join(CORPORA)}.")
+    c = CORPORA[corpus_key]; docs = parse_corpus(corpus_text) if c.pasted else None
+    if model_key == 'auto': model_key = self.default_model()[0]
+    m = self.model(model_key)
+    key = (model_key, corpus_key, _docs_key(docs) if docs else '')
+    def prepare():
+        if not c.pasted: return MODELS[model_key].prepare(m, c, docs, self.profile, self.progress)
+        folder = self._paste_folder()/f"{re.sub(r'[^A-Za-z0-9_.-]', '_', model_key)}-{key[2]}"
+        try:
+            with self._paste_slot: res = MODELS[model_key].prepare(m, c, docs, self.profile, self.progress, folder=folder)
+        except BaseException: shutil.rmtree(folder, ignore_errors=True); raise
+        with self._lock: self._pasted[key] = (folder, _folder_bytes(folder))
+        return res
+    res = self._once(key, self._res, prepare)
+    self._drop_old()
+    return res
+
+Explorer.model, Explorer.resources = _model, _resources
+
+# %% ../nbs/14_explorer.ipynb #c9d2e006
+def _drop_old(self: Explorer):
+    "Forget the least recently used corpora beyond `keep`, and pastes beyond `keep_pasted` / `pasted_bytes` (deleting them)."
+    with self._lock:
+        named, pasted = [k for k in self._res if not k[2]], [k for k in self._res if k[2]]
+        drop = named[:max(0, len(named) - self.keep)] + pasted[:max(0, len(pasted) - self.keep_pasted)]
+        pasted = pasted[max(0, len(pasted) - self.keep_pasted):]
+        size = sum(self._pasted[k][1] for k in pasted if k in self._pasted)
+        while len(pasted) > 1 and size > self.pasted_bytes:
+            k = pasted.pop(0); drop.append(k); size -= self._pasted.get(k, (None, 0))[1]
+        for k in drop: self._res.pop(k, None)
+        folders = [self._pasted.pop(k)[0] for k in drop if k in self._pasted]
+    for f in folders: shutil.rmtree(f, ignore_errors=True)  # a thread still answering from it keeps its open files
+
+def _paste_folder(self: Explorer) -> Path:
+    "This explorer's folder of pasted stores: made on first use, locked while the explorer lives, deleted with it."
+    with self._lock:
+        if self._paste_dir is None:
+            root = pasted_root(); root.mkdir(parents=True, exist_ok=True)
+            d = Path(tempfile.mkdtemp(prefix=f'{os.getpid()}-', dir=root))
+            self._paste_dir, self._cleanup = d, weakref.finalize(self, _remove_folder, d, _lock_file(d/'.owner'))
+        return self._paste_dir
+
+def _close(self: Explorer):
+    "Forget the prepared corpora and delete this explorer's pasted stores (also done when it is collected, or at exit)."
+    with self._lock: self._res.clear(); self._pasted.clear(); cleanup, self._paste_dir, self._cleanup = self._cleanup, None, None
+    if cleanup is not None: cleanup()
+
+Explorer._drop_old, Explorer._paste_folder, Explorer.close = _drop_old, _paste_folder, _close
 
 # %% ../nbs/14_explorer.ipynb #e565b23e
 def _explore(self: Explorer, query: str, # a sentence with one [MASK]
@@ -475,24 +629,29 @@ def _explore(self: Explorer, query: str, # a sentence with one [MASK]
     "Answer one query: phrases with evidence, neighbour distributions, label probabilities; `InputProblem` on bad input."
     query, s = check_query(query), Settings.parse(**settings)
     key = self.default_model()[0] if model == 'auto' else model
-    with self._lock:
-        m = self.model(key); res = self.resources(key, corpus, corpus_text)
-        t0 = time.perf_counter()
-        with torch.no_grad(): ex = MODELS[key].answer(m, res, query, s)
-        ex.seconds = time.perf_counter() - t0
+    m = self.model(key); res = self.resources(key, corpus, corpus_text)  # waits only for this model's or corpus's preparation
+    t0 = time.perf_counter()
+    with torch.no_grad(): ex = MODELS[key].answer(m, res, query, s)  # no lock: other people's answers run meanwhile
+    ex.seconds = time.perf_counter() - t0
     ex.model = MODELS[key].label
     if model == 'auto' and self.default_model()[1]: ex.notes.insert(0, self.default_model()[1])
     return ex
 
-def _explore_safe(self: Explorer, query: str, **kw) -> tuple[Exploration | None, str | None]:
-    "`(exploration, None)` or `(None, message)`: never raises (unexpected errors are logged with their traceback)."
-    try: return self.explore(query, **kw), None
-    except InputProblem as e: return None, str(e)
+def _explore_status(self: Explorer, query: str, **kw) -> tuple[Exploration | None, str | None, int]:
+    "`(exploration, None, 200)` or `(None, message, status)`: 4xx for bad input, 500 for a failure (logged); never raises."
+    try: return self.explore(query, **kw), None, 200
+    except InputProblem as e: return None, public_message(str(e)), e.status
     except Exception as e:
         traceback.print_exc(file=sys.stderr)
-        return None, f"Something went wrong while answering ({type(e).__name__}: {str(e)[:300]}). The details are in the log."
+        return None, public_message(f"Something went wrong while answering ({type(e).__name__}: {str(e)[:300]}). The "
+                                    "details are in the server's log."), 500
 
-Explorer.explore, Explorer.explore_safe = _explore, _explore_safe
+def _explore_safe(self: Explorer, query: str, **kw) -> tuple[Exploration | None, str | None]:
+    "`(exploration, None)` or `(None, message)`: never raises (unexpected errors are logged with their traceback)."
+    e, message, _ = self.explore_status(query, **kw)
+    return e, message
+
+Explorer.explore, Explorer.explore_status, Explorer.explore_safe = _explore, _explore_status, _explore_safe
 
 # %% ../nbs/14_explorer.ipynb #d6aca799
 def bars_svg(pairs: list, # [(label, probability)], most probable first
@@ -652,11 +811,48 @@ def _page(ex: Explorer, model: str, corpus: str, query: str, note: str | None) -
         page = page.replace('{{' + k + '}}', v)
     return page
 
-def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1', query: str = EXAMPLE):
-    "A Flask app over `explorer`: the page at `/`, answers at `POST /api/explore`."
+MAX_BODY_BYTES = 12 * MAX_CORPUS_CHARS + 2**16  # the longest paste, each character JSON-escaped as a surrogate pair, + the form
+LOCAL_HOSTS = ('localhost', '127.0.0.1', '::1')
+
+def host_name(host: str | None) -> str:
+    "The name in a Host header, lower-cased, without port, brackets or final dot: '[::1]:8765' -> '::1'."
+    host = (host or '').strip().lower()
+    if host.startswith('['): host = host[1:].split(']', 1)[0]
+    elif host.count(':') == 1: host = host.split(':', 1)[0]
+    return host.rstrip('.')
+
+def allowed_hosts(bind: str = '127.0.0.1', # the address the server listens on
+                  extra=(), # other names people reach it by (`--allow-host`)
+                 ) -> set:
+    "The Host names the app answers: localhost's, the bound address (unless a wildcard) and `extra`."
+    names = set(LOCAL_HOSTS) | {host_name(h) for h in extra}
+    if host_name(bind) not in ('', '0.0.0.0', '::'): names.add(host_name(bind))
+    return names
+
+# %% ../nbs/14_explorer.ipynb #c9d2e010
+def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1', query: str = EXAMPLE,
+               host: str = '127.0.0.1', # the address the server listens on (its name is accepted as Host)
+               allow_hosts=(), # other Host names to answer (e.g. 'explorer.lan'): every other one gets 403
+               max_body: int = MAX_BODY_BYTES, # longer request bodies get 413, unread
+              ):
+    "A Flask app over `explorer`: the page at `/`, answers at `POST /api/explore`, every error as JSON with its status."
     from flask import Flask, jsonify, request
-    app = Flask('npm_nb.explorer')
-    note = explorer.default_model()[1] if model == 'auto' else None
+    from werkzeug.exceptions import HTTPException
+    app = Flask('npm_nb.explorer'); app.config['MAX_CONTENT_LENGTH'] = max_body  # also stops bodies sent without a length
+    hosts, note = allowed_hosts(host, allow_hosts), explorer.default_model()[1] if model == 'auto' else None
+
+    def error(message: str, status: int):
+        message = public_message(message)
+        return jsonify(error=message, html=render_error(message)), status
+
+    @app.before_request
+    def guard():  # before anything of the body is read
+        if host_name(request.host) not in hosts:
+            return error(f"This explorer does not answer requests for the host {request.host[:80]!r} (a guard against DNS "
+                         "rebinding): open it at http://127.0.0.1:<port>/, or start it with --allow-host NAME.", 403)
+        if (request.content_length or 0) > max_body:
+            return error(f"The request is {request.content_length:,} bytes; the explorer reads at most {max_body:,}: "
+                         f"paste at most {MAX_CORPUS_CHARS:,} characters.", 413)
 
     @app.get('/')
     def index(): return _page(explorer, model, corpus, query, note)
@@ -665,22 +861,23 @@ def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
     def api_explore():
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
-            return jsonify(error='Send a JSON object such as {"query": "Thessaloniki is a city in [MASK]."}',
-                           html=render_error('The request was not a JSON object.')), 400
+            return error('The request was not a JSON object: send one such as {"query": "Thessaloniki is a city in [MASK]."}', 400)
         body = {k: v for k, v in body.items() if isinstance(v, (str, int, float, bool)) or v is None}
         q = body.pop('query', '')
-        e, err = explorer.explore_safe(q if isinstance(q, str) else str(q), **body)
-        if err: return jsonify(error=err, html=render_error(err))
+        e, err, status = explorer.explore_status(q if isinstance(q, str) else str(q), **body)
+        if err: return error(err, status)
         return jsonify(html=render_html(e), seconds=e.seconds, result=e.to_dict())
 
-    @app.errorhandler(404)
-    def not_found(_): return jsonify(error='No such page: the explorer is at /'), 404
+    @app.errorhandler(HTTPException)
+    def refused(e):
+        say = {404: 'No such page: the explorer is at /', 405: f'{request.method} is not how to ask this page: POST a JSON object.',
+               413: f'The request is longer than the {max_body:,} bytes the explorer reads: paste at most {MAX_CORPUS_CHARS:,} characters.'}
+        return error(say.get(e.code, f'{e.name}.'), e.code)
 
     @app.errorhandler(Exception)
     def crashed(e):
         traceback.print_exc(file=sys.stderr)
-        code = getattr(e, 'code', 500) if isinstance(getattr(e, 'code', None), int) else 500
-        return jsonify(error=f'The server could not handle that request ({type(e).__name__}).'), code
+        return error(f'The server could not handle that request ({type(e).__name__}); the details are in its log.', 500)
     return app
 
 # %% ../nbs/14_explorer.ipynb #d2c0b21a
@@ -756,6 +953,9 @@ def main(argv=None):
     ap.add_argument('--model', default='auto', help=f"auto (trained NPM if there is one, else the init) or one of {list(MODELS)}")
     ap.add_argument('--corpus', default='open', help=f"the corpus prepared at start-up: one of {list(CORPORA)}")
     ap.add_argument('--host', default='127.0.0.1'); ap.add_argument('--port', type=int, default=8765)
+    ap.add_argument('--allow-host', action='append', default=[], metavar='NAME',
+                    help='also answer requests for this host name (repeatable); other names get 403, a guard '
+                         'against DNS rebinding (localhost and the --host address are always answered)')
     ap.add_argument('--device', default=None, help='cpu or cuda (default: cuda when visible)')
     ap.add_argument('--checkpoint', default=None, help='serve this NPM checkpoint folder (e.g. an intermediate one) as the model')
     ap.add_argument('--plain-labels', action='store_true', help='closed-set templates use the label words alone')
@@ -771,13 +971,16 @@ def main(argv=None):
         df, scale = latency_benchmark(a.profile, a.model, a.corpus)
         print(scale); print(df.to_string(index=False)); return
     ex = start_explorer(a.profile, a.model, a.corpus, a.device, fuzzy=not a.plain_labels)
-    app = create_app(ex, a.model, ex.corpus, a.query)
+    app = create_app(ex, a.model, ex.corpus, a.query, host=a.host, allow_hosts=a.allow_host)
     if a.screenshot:
         port = free_port(); srv = serve_in_thread(app, port)
         try: mark = screenshot(f'http://127.0.0.1:{port}/', a.screenshot, a.query)
         finally: srv.shutdown()
         print(f'{a.screenshot}: the app answering {a.query!r} (top phrase highlighted: {mark!r})'); return
     print(f'NPM explorer: http://{a.host}:{a.port}/  (Ctrl-C stops it)', flush=True)
+    if host_name(a.host) in ('0.0.0.0', '::') and not a.allow_host:
+        print('Only requests for localhost, 127.0.0.1 and [::1] are answered: add --allow-host NAME for each name people '
+              'use to reach this machine.', file=sys.stderr, flush=True)
     app.run(host=a.host, port=a.port, threaded=True)
 
 # %% ../nbs/14_explorer.ipynb #11fc6878
