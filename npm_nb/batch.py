@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_batch.ipynb #f9f8b71b
 from __future__ import annotations
-import os, io, re, ast, sys, copy, logging, tokenize, json, time, math, shutil, hashlib, difflib, argparse, platform, subprocess, contextlib, importlib
+import os, io, re, ast, sys, copy, base64, logging, tokenize, json, time, math, shutil, hashlib, difflib, argparse, platform, subprocess, contextlib, importlib
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -13,12 +13,13 @@ from .storage import (project_root, results_dir, data_dir, atomic_path, atomic_w
                             read_json, hold_lock, LockedError)
 
 # %% auto #0
-__all__ = ['FREE_TEXT', 'PACKAGES', 'LOCAL_MARK', 'OUTPUT_KINDS', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml',
-           'deep_merge', 'params_dir', 'list_profiles', 'find_profile', 'load_profile', 'parse_value',
-           'apply_overrides', 'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir', 'list_experiments',
-           'notebook_path', 'notebook_parameters', 'make_demo_notebook', 'value_matches', 'plan', 'new_run_id',
-           'env_info', 'step_key', 'run_step', 'markdown_table', 'beside_paper', 'write_table', 'save_figure',
-           'latest_run', 'write_results_readme', 'summary_table', 'run_batch', 'describe', 'main']
+__all__ = ['FREE_TEXT', 'PACKAGES', 'LOCAL_MARK', 'OUTPUT_KINDS', 'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S',
+           'BatchError', 'read_yaml', 'deep_merge', 'params_dir', 'list_profiles', 'find_profile', 'load_profile',
+           'parse_value', 'apply_overrides', 'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir',
+           'list_experiments', 'notebook_path', 'notebook_parameters', 'make_demo_notebook', 'value_matches', 'plan',
+           'new_run_id', 'env_info', 'step_key', 'run_step', 'to_jsonable', 'from_jsonable', 'StepCache',
+           'markdown_table', 'beside_paper', 'write_table', 'save_figure', 'latest_run', 'write_results_readme',
+           'publishes', 'summary_table', 'step_cache_dir', 'run_batch', 'describe', 'main']
 
 # %% ../nbs/13_batch.ipynb #3542fcce
 class BatchError(Exception):
@@ -440,24 +441,28 @@ def _kernel_manager(log_path: Path):
         start_kernel = _async_start_kernel
     return LoggedKernelManager
 
+class _BudgetInterrupt(KeyboardInterrupt): "The time budget ran out while a step was running."
+
 def run_step(step: dict, # from `plan`
              run_dir, # the run folder
-             log_output: bool = False, # stream the notebook's output to the terminal
+             log_output: bool = False, # stream the cells' stdout / stderr to this process's (the terminal)
             ) -> dict:
     "Execute `step` into `run_dir/<name>.ipynb`; `{'state': 'done'|'failed'|'interrupted', 'seconds', 'error'}`."
-    import papermill
     run_dir = Path(run_dir); out = run_dir/f"{step['name']}.ipynb"
     tmp = run_dir/f".{step['name']}.running.ipynb"
-    _archive(out)
     t0, res = time.time(), {'state': 'done', 'error': None}
-    (run_dir/'logs').mkdir(exist_ok=True)
     log = logging.getLogger('papermill'); level = log.level
-    if not log_output: log.setLevel(logging.ERROR)  # its "Unable to parse line" warnings: `plan` checked the parameters
-    try:
+    try:  # everything inside: a time budget that rings while papermill is imported or the kernel starts is an interruption too
+        _archive(out)
+        (run_dir/'logs').mkdir(exist_ok=True)
+        if not log_output: log.setLevel(logging.ERROR)  # its "Unable to parse line" warnings: `plan` checked the parameters
+        import papermill
         papermill.execute_notebook(str(step['path']), str(tmp), parameters=step['params'], cwd=str(project_root()),
-                                   kernel_name='python3', progress_bar=log_output and sys.stdout.isatty(),
-                                   log_output=log_output, report_mode=False,
+                                   kernel_name='python3', progress_bar=False, log_output=False, report_mode=False,
+                                   stdout_file=sys.stdout if log_output else None, stderr_file=sys.stderr if log_output else None,
                                    kernel_manager_class=_kernel_manager(run_dir/'logs'/f"{step['name']}.kernel.log"))
+    except _BudgetInterrupt:
+        res = {'state': 'interrupted', 'error': 'time budget reached', 'budget': True}
     except KeyboardInterrupt:
         res = {'state': 'interrupted', 'error': 'interrupted (Ctrl-C or a signal)'}
     except Exception as e:
@@ -469,6 +474,119 @@ def run_step(step: dict, # from `plan`
     if tmp.exists(): os.replace(tmp, out)
     res.update(seconds=round(time.time() - t0, 1), notebook=out.name)
     return res
+
+
+# %% ../nbs/13_batch.ipynb #a1cache1
+_MISSING = object()
+
+def to_jsonable(v):
+    "`v` as JSON-able data that `from_jsonable` turns back into an equal value (NumPy arrays bit-exact; no pickle)."
+    import numpy as np, pandas as pd
+    if v is None or v is pd.NA or v is pd.NaT or isinstance(v, (bool, str)): return None if v is pd.NA or v is pd.NaT else v
+    if isinstance(v, (int, float)) and not isinstance(v, np.generic): return v
+    if isinstance(v, np.generic): return {'__np_scalar__': to_jsonable(np.asarray(v)), }
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind in 'biufcmM':
+            buf = io.BytesIO(); np.save(buf, v, allow_pickle=False)
+            return {'__ndarray__': base64.b64encode(buf.getvalue()).decode('ascii')}
+        return {'__objarray__': [to_jsonable(x) for x in v.ravel().tolist()], 'shape': list(v.shape)}
+    if isinstance(v, pd.MultiIndex):
+        return {'__multiindex__': [to_jsonable(v.get_level_values(i)) for i in range(v.nlevels)], 'names': to_jsonable(list(v.names))}
+    if isinstance(v, pd.Index):
+        return {'__index__': _column(v), 'name': to_jsonable(v.name)}
+    if isinstance(v, pd.Series):
+        return {'__series__': _column(v), 'index': to_jsonable(v.index), 'name': to_jsonable(v.name)}
+    if isinstance(v, pd.DataFrame):
+        return {'__frame__': [_column(v.iloc[:, i]) for i in range(v.shape[1])], 'columns': to_jsonable(v.columns),
+                'index': to_jsonable(v.index)}
+    if isinstance(v, tuple): return {'__tuple__': [to_jsonable(x) for x in v]}
+    if isinstance(v, list): return [to_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        if all(isinstance(k, str) and not k.startswith('__') for k in v): return {k: to_jsonable(x) for k, x in v.items()}
+        return {'__items__': [[to_jsonable(k), to_jsonable(x)] for k, x in v.items()]}
+    if isinstance(v, Path): return {'__path__': str(v)}
+    raise TypeError(f"StepCache cannot store a {type(v).__name__}: store plain data (numbers, strings, lists, dicts, "
+                    "NumPy arrays, pandas frames) and rebuild objects from it")
+
+def _column(s) -> dict:
+    "A pandas column or index: its values (NumPy when numeric) and its dtype."
+    import numpy as np
+    dt = str(s.dtype)
+    vals = s.to_numpy()
+    if vals.dtype.kind in 'biufcmM': return {'values': to_jsonable(vals), 'dtype': dt}
+    return {'values': [to_jsonable(x) for x in vals.tolist()], 'dtype': dt}
+
+def _uncolumn(c):
+    import numpy as np, pandas as pd
+    vals = from_jsonable(c['values'])
+    if isinstance(vals, np.ndarray): return pd.array(vals, dtype=c['dtype']) if c['dtype'] != str(vals.dtype) else vals
+    out = np.empty(len(vals), dtype=object); out[:] = vals
+    return out if c['dtype'] == 'object' else pd.array(out, dtype=c['dtype'])
+
+def from_jsonable(v):
+    "The value `to_jsonable` encoded."
+    import numpy as np, pandas as pd
+    if isinstance(v, list): return [from_jsonable(x) for x in v]
+    if not isinstance(v, dict): return v
+    if '__ndarray__' in v: return np.load(io.BytesIO(base64.b64decode(v['__ndarray__'])), allow_pickle=False)
+    if '__np_scalar__' in v: return from_jsonable(v['__np_scalar__'])[()]
+    if '__objarray__' in v:
+        out = np.empty(len(v['__objarray__']), dtype=object); out[:] = [from_jsonable(x) for x in v['__objarray__']]
+        return out.reshape(v['shape'])
+    if '__multiindex__' in v:
+        return pd.MultiIndex.from_arrays([from_jsonable(x) for x in v['__multiindex__']], names=from_jsonable(v['names']))
+    if '__index__' in v: return pd.Index(_uncolumn(v['__index__']), name=from_jsonable(v['name']), dtype=v['__index__']['dtype'])
+    if '__series__' in v: return pd.Series(_uncolumn(v['__series__']), index=from_jsonable(v['index']), name=from_jsonable(v['name']))
+    if '__frame__' in v:
+        cols = from_jsonable(v['columns'])
+        df = pd.DataFrame({i: _uncolumn(c) for i, c in enumerate(v['__frame__'])}, index=from_jsonable(v['index']))
+        df.columns = cols
+        return df
+    if '__tuple__' in v: return tuple(from_jsonable(x) for x in v['__tuple__'])
+    if '__items__' in v: return {_hashable(from_jsonable(k)): from_jsonable(x) for k, x in v['__items__']}
+    if '__path__' in v: return Path(v['__path__'])
+    return {k: from_jsonable(x) for k, x in v.items()}
+
+def _hashable(k): return tuple(_hashable(x) for x in k) if isinstance(k, list) else k
+
+class StepCache:
+    "Finished parts of a long step (rows, tasks, phases), kept across time-budget cuts of the same run (`$NPM_NB_STEP_CACHE`)."
+    def __init__(self, folder=None): # default `$NPM_NB_STEP_CACHE`, which the runner sets; unset: nothing is kept
+        folder = folder if folder is not None else os.environ.get('NPM_NB_STEP_CACHE')
+        self.folder = Path(folder) if folder else None
+        self.hits, self.stored = [], []
+
+    def _file(self, key) -> Path:
+        return self.folder/f"{hashlib.sha256(json.dumps(to_jsonable(key), sort_keys=True).encode()).hexdigest()[:24]}.json"
+
+    def get(self, key, default=None):
+        "The stored value of `key` (a string or a tuple of strings and numbers), or `default`."
+        if self.folder is None: return default
+        f = self._file(key)
+        try: d = json.loads(f.read_text(encoding='utf-8'))
+        except (OSError, ValueError): return default
+        if d.get('key') != json.loads(json.dumps(to_jsonable(key))): return default
+        try: return from_jsonable(d['value'])
+        except Exception: return default   # damaged or from an incompatible version: computed again
+
+    def put(self, key, value):
+        "Store `value` under `key` (atomically); returns `value`."
+        if self.folder is None: return value
+        self.folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self._file(key), json.dumps({'key': to_jsonable(key), 'value': to_jsonable(value)}))
+        self.stored.append(key)
+        return value
+
+    def __call__(self, key, fn):
+        "`get(key)`, or `fn()` computed, stored and returned (the fresh value) when it is not stored yet."
+        v = self.get(key, _MISSING)
+        if v is not _MISSING: self.hits.append(key); return v
+        return self.put(key, fn())
+
+    def __repr__(self):
+        return (f"StepCache({str(self.folder) if self.folder else 'off'}: {len(self.hits)} parts reused, "
+                f"{len(self.stored)} stored this time)")
+
 
 # %% ../nbs/13_batch.ipynb #f173faeb
 def _fmt(v) -> str:
@@ -538,6 +656,11 @@ def latest_run(profile: str, root=None) -> Path | None:
     runs = sorted((p for p in d.glob('*') if (p/'status.json').exists()), key=lambda p: p.name)
     return runs[-1] if runs else None
 
+def _latest_page(profile_dir: Path) -> Path | None:
+    "The newest run folder under `profile_dir` that has its own results page (`README.md`)."
+    runs = sorted(p for p in profile_dir.glob('*') if (p/'README.md').exists() and (p/'status.json').exists())
+    return runs[-1] if runs else None
+
 def _scale_text(scale) -> str:
     if not scale: return ''
     if isinstance(scale, dict):
@@ -554,13 +677,14 @@ def _read_metas(folder: Path, suffix: str) -> list[tuple[str, dict]]:
 
 def write_results_readme(profile: str | None = None, # the profile whose run heads the page (default: the latest run's)
                          run_dir=None, # or the run folder itself
-                         path=None, # default `results/README.md`
+                         path=None, # default `<root>/README.md`
+                         root=None, # the folder of `tables/`, `figures/`, `benchmarks/`: `results/` (default) or a run folder
                         ) -> Path:
-    "Generate `results/README.md` from `results/tables/*.md`, `results/figures/*.png` and their `.meta.json`."
-    res = results_dir()
+    "Generate `results/README.md` (or a run folder's) from `tables/*.md`, `figures/*.png` and their `.meta.json`."
+    res = Path(root) if root else results_dir()
     if run_dir is None and profile: run_dir = latest_run(profile)
     if run_dir is None:
-        runs = [r for p in (res/'runs').glob('*') if (r := latest_run(p.name))]
+        runs = [r for p in results_dir('runs').glob('*') if (r := latest_run(p.name))]
         run_dir = max(runs, key=lambda p: p.name) if runs else None
     status = json.loads((Path(run_dir)/'status.json').read_text()) if run_dir else {}
     env = json.loads((Path(run_dir)/'env.json').read_text()) if run_dir and (Path(run_dir)/'env.json').exists() else {}
@@ -614,6 +738,11 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
         L += ["## Where the paper's claims hold here, and where they do not", '']
         L += [f'- **{t}**: {r}' for t, r in readings] + ['']
     if not tables and not figures and not benches: L += ['No tables or figures yet.', '']
+    others = [r for p in sorted(results_dir('runs').glob('*')) if p.name != status.get('profile')
+              for r in [_latest_page(p)] if r] if res.resolve() == results_dir().resolve() else []
+    if others:  # runs of the other profiles write their page into their run folder (`publishes`): linked here
+        L += ['## Other profiles', '', 'Runs of the other profiles keep their tables, figures and page in their run folder:', '']
+        L += [f"- `{r.parent.name}`: [run {r.name}](runs/{r.parent.name}/{r.name}/README.md)" for r in others] + ['']
     return atomic_write_text(path or res/'README.md', '\n'.join(L).rstrip() + '\n')
 
 # %% ../nbs/13_batch.ipynb #96a7e794
@@ -634,21 +763,28 @@ def _started_here(run_dir: Path) -> bool:
     return (Path(run_dir)/LOCAL_MARK).exists()
 
 OUTPUT_KINDS = ('tables', 'figures', 'benchmarks')  # the folders under results/ whose new files a run keeps a copy of
+COMMITTED_PROFILE = 'cpu'  # the profile whose runs write results/tables, results/figures, results/benchmarks and results/README.md
 
-def _snapshot() -> dict:
-    "`{path: (mtime_ns, size)}` of the files in `results/tables`, `results/figures` and `results/benchmarks`."
-    return {f: (f.stat().st_mtime_ns, f.stat().st_size) for k in OUTPUT_KINDS if results_dir(k).exists()
-            for f in results_dir(k).iterdir() if f.is_file() and not f.name.startswith('.')}
+def publishes(profile: str, publish: bool | None = None) -> bool:
+    "Whether a run of `profile` writes the committed results page (`results/`): the committed profile's does, others not."
+    return profile == COMMITTED_PROFILE if publish is None else bool(publish)
 
-def _collect_outputs(run_dir: Path, before: dict, step: str, run: str, state: str = 'done') -> list[str]:
-    "Copy the outputs written since the snapshot `before` into the run folder; stamp their metadata with the run and state."
-    got = []
-    for f, sig in sorted(_snapshot().items()):
+def _snapshot(root=None) -> dict:
+    "`{path: (mtime_ns, size)}` of the files in `<root>/tables`, `/figures` and `/benchmarks` (root: `results/`)."
+    root = Path(root or results_dir())
+    return {f: (f.stat().st_mtime_ns, f.stat().st_size) for k in OUTPUT_KINDS if (root/k).exists()
+            for f in (root/k).iterdir() if f.is_file() and not f.name.startswith('.')}
+
+def _collect_outputs(run_dir: Path, before: dict, step: str, run: str, state: str = 'done', root=None) -> list[str]:
+    "Stamp the outputs written since the snapshot `before` with the run and state, and copy them into the run folder (unless written there)."
+    got, run_dir = [], Path(run_dir)
+    for f, sig in sorted(_snapshot(root).items()):
         if before.get(f) == sig: continue
         if f.name.endswith('.meta.json'):
             m = json.loads(f.read_text()); m.update(run=run, step=step, step_state=state); atomic_write_json(f, m)
         kind = f.parent.name; (run_dir/kind).mkdir(exist_ok=True)
-        shutil.copy2(f, run_dir/kind/f.name); got.append(f'{kind}/{f.name}')
+        if f.parent.resolve() != (run_dir/kind).resolve(): shutil.copy2(f, run_dir/kind/f.name)
+        got.append(f'{kind}/{f.name}')
     return got
 
 @contextlib.contextmanager
@@ -686,10 +822,8 @@ def _check_device(steps: list):
     raise BatchError(f"device=cuda ({', '.join(want)}) but torch {torch.__version__} sees no CUDA GPU here ({why}). "
                      "Install a CUDA build of torch (README, 'Using a GPU'), or run the `cpu` profile, or pass `-p device auto`.")
 
-TRAIN_MARGIN_S = 45  # with a time budget, training checkpoints and stops this long before the deadline
-MIN_STEP_S = 30  # with less time left than this, no further step is started
-
-class _BudgetInterrupt(KeyboardInterrupt): "The time budget ran out while a step was running."
+TRAIN_MARGIN_S = float(os.environ.get('NPM_NB_TRAIN_MARGIN_S', 45))  # with a time budget, training checkpoints and stops this long before the deadline
+MIN_STEP_S = float(os.environ.get('NPM_NB_MIN_STEP_S', 30))  # with less time left than this, no further step is started
 
 @contextlib.contextmanager
 def _budget(deadline: float | None):
@@ -706,16 +840,42 @@ def _budget(deadline: float | None):
         if old_env is None: os.environ.pop('NPM_NB_DEADLINE', None)
         else: os.environ['NPM_NB_DEADLINE'] = old_env
 
+@contextlib.contextmanager
+def _step_env(**env):
+    "Environment variables for the step's kernel (it inherits ours when it starts); restored afterwards."
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: str(v) for k, v in env.items()})
+    try: yield
+    finally:
+        for k, v in old.items():
+            if v is None: os.environ.pop(k, None)
+            else: os.environ[k] = v
+
+def step_cache_dir(profile: str, run_id: str, step: dict, key: str, upstream: list) -> Path:
+    "The step cache folder of `step` in run `run_id`: keyed by its own key and the records of the steps it waits for."
+    up = hashlib.sha256(json.dumps([[u.get('key'), u.get('ended')] for u in upstream], default=str).encode()).hexdigest()[:8]
+    return data_dir('cache', 'steps', profile, run_id, f"{step['name']}-{key}-{up}")
+
+def _call_order(steps: list, old: dict) -> list:
+    "The plan's order, except that a step the time budget cut last time (and what waits for it) goes after the others."
+    late = {n for n, s in old.items() if s.get('budget_cut')}
+    while True:
+        more = {s['name'] for s in steps if set(s['after']) & late} - late
+        if not more: break
+        late |= more
+    return [s for s in steps if s['name'] not in late] + [s for s in steps if s['name'] in late]
+
 def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
               overrides=(), # (name, value) pairs from `-p`
               new: bool = False, # start a new run even if the latest one is unfinished
               dry_run: bool = False, # check and print the plan; run nothing
               params_folder=None, # default `params/`
               experiments_folder=None, # default `nbs/experiments/`
-              log_output: bool = False, # stream notebook output
-              readme: bool = True, # write results/README.md at the end
+              log_output: bool = False, # stream the notebooks' cell output to the terminal
+              readme: bool = True, # write the results page at the end
               echo=print,
               time_budget: float | None = None, # seconds: stop cleanly by then (the same call again continues)
+              publish: bool | None = None, # write results/ (tables, figures, page); None: only the committed profile does
              ) -> dict:
     "Run the experiments of `profile` into `results/runs/<profile>/<run id>/`; returns the run's status."
     deadline = time.time() + time_budget if time_budget else None
@@ -728,6 +888,7 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
         return {'profile': cfg['profile'], 'steps': {s['name']: {'state': 'planned'} for s in steps}}
     _check_device(steps)
     prof_dir = results_dir('runs', cfg['profile'])
+    pub = publishes(cfg['profile'], publish)
     with _profile_lock(prof_dir, cfg['profile']):
         last = latest_run(cfg['profile'])
         if last and not new and _started_here(last) and _unfinished(last):  # a damaged status.json: a BatchError that says to pass --new
@@ -740,6 +901,9 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
             status = {'profile': cfg['profile'], 'run_id': run_dir.name,
                       'started': datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'), 'finished': None, 'steps': {}}
             echo(f'New run {run_dir}')
+        out_root = results_dir() if pub else run_dir  # where the steps write tables, figures, benchmarks and the page
+        if not pub: echo(f"Profile {cfg['profile']!r} is not the committed one ({COMMITTED_PROFILE!r}): its tables, figures and "
+                         f"page go to {run_dir}, results/ is left as it is.")
         config = {'profile': cfg['profile'], 'shared': cfg['params'], 'overrides': cfg.get('overrides', []),
                   'steps': {s['name']: {'notebook': str(Path(s['path']).relative_to(project_root()) if Path(s['path']).is_relative_to(project_root()) else s['path']),
                                         'after': s['after'], 'params': s['params']} for s in steps}}
@@ -751,10 +915,13 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
         atomic_write_json(run_dir/'env.json', env)
         old = status['steps']; status['steps'] = {}
         ran, run_name, stopped = set(), f"{cfg['profile']}/{run_dir.name}", False
+        order = _call_order(steps, old)
+        if [s['name'] for s in order] != [s['name'] for s in steps]:
+            echo('Steps the time budget cut last time run after the others: ' + ', '.join(s['name'] for s in order if old.get(s['name'], {}).get('budget_cut')))
         try:
-            for s in steps:
+            for s in order:
                 key, prev = step_key(s), old.get(s['name'], {})
-                blocked = [a for a in s['after'] if status['steps'][a]['state'] != 'done']
+                blocked = [a for a in s['after'] if status['steps'].get(a, {}).get('state') != 'done']
                 if blocked:
                     status['steps'][s['name']] = {'state': 'skipped', 'seconds': 0.0, 'key': key,
                                                   'error': f"skipped: {', '.join(blocked)} did not finish"}
@@ -765,28 +932,43 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
                 if deadline and time.time() > deadline - MIN_STEP_S:
                     stopped = True; echo(f"[stop] time budget reached before {s['name']}: run the same command again to continue"); break
                 echo(f"[run ] {s['name']} {s['params']}")
+                cache = step_cache_dir(cfg['profile'], run_dir.name, s, key, [status['steps'][a] for a in s['after']])
                 status['steps'][s['name']] = {'state': 'running', 'key': key}; _save_status(run_dir, status)
-                before = _snapshot()
-                with _budget(deadline): r = run_step(s, run_dir, log_output=log_output)
-                if deadline and r['state'] != 'done' and (time.time() >= deadline - TRAIN_MARGIN_S - 5
+                before = _snapshot(out_root)
+                r = None
+                try:
+                    with _step_env(NPM_NB_STEP_CACHE=cache, NPM_NB_RESULTS=out_root), _budget(deadline):
+                        r = run_step(s, run_dir, log_output=log_output)
+                except _BudgetInterrupt:  # the alarm rang between the step's end and its disarming
+                    if r is None: r = {'state': 'interrupted', 'error': 'time budget reached', 'budget': True, 'seconds': 0.0,
+                                       'notebook': f"{s['name']}.ipynb"}
+                if deadline and r['state'] != 'done' and (r.pop('budget', False) or time.time() >= deadline - TRAIN_MARGIN_S - 5
                                                           or 'TrainingDeadline' in str(r.get('error'))):
-                    r.update(state='interrupted', error=f"time budget reached ({r['error']}); run the same command again to continue")
+                    cuts = prev.get('cuts', 0) + 1 if prev.get('key') == key else 1
+                    r.update(state='interrupted', budget_cut=True, cuts=cuts,
+                             error=f"time budget reached ({r['error']}); run the same command again to continue"
+                                   + (f" (cut {cuts} times: its finished parts are kept, see StepCache)" if cuts > 1 else ''))
                     stopped = True
-                r['outputs'] = _collect_outputs(run_dir, before, s['name'], run_name, r['state'])
+                r.pop('budget', None)
+                r['ended'] = datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
+                r['outputs'] = _collect_outputs(run_dir, before, s['name'], run_name, r['state'], root=out_root)
                 status['steps'][s['name']] = {**r, 'key': key}; ran.add(s['name']); _save_status(run_dir, status)
-                if r['state'] == 'done': echo(f"[ ok ] {s['name']} in {r['seconds']:.1f} s")
+                if r['state'] == 'done': shutil.rmtree(cache, ignore_errors=True); echo(f"[ ok ] {s['name']} in {r['seconds']:.1f} s")
                 else: echo(f"[{'STOP' if r['state'] == 'interrupted' else 'FAIL'}] {s['name']} after {r['seconds']:.1f} s: "
                            f"{r['error']}\n       see {run_dir/r['notebook']}")
                 if stopped: break
                 if r['state'] == 'interrupted': raise KeyboardInterrupt
         finally:
             for s in steps: status['steps'].setdefault(s['name'], {'state': 'pending', 'seconds': 0.0})
+            status['steps'] = {s['name']: status['steps'][s['name']] for s in steps}  # the plan's order
             if all(v['state'] == 'done' for v in status['steps'].values()):
                 status['finished'] = datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
+                shutil.rmtree(data_dir('cache', 'steps', cfg['profile'], run_dir.name), ignore_errors=True)
             _save_status(run_dir, status)
-        if readme: write_results_readme(run_dir=run_dir)
+        if readme: write_results_readme(run_dir=run_dir, root=out_root)
     echo('\n' + summary_table(status))
-    return {**status, 'run_dir': str(run_dir), 'budget_reached': stopped}
+    return {**status, 'run_dir': str(run_dir), 'budget_reached': stopped, 'published': pub}
+
 
 # %% ../nbs/13_batch.ipynb #4a647137
 def describe(params_folder=None, experiments_folder=None) -> str:
@@ -811,6 +993,8 @@ def main(argv=None):
     ap.add_argument('--list', action='store_true', help='list profiles, experiments and their parameters')
     ap.add_argument('--time-budget', type=float, default=None, metavar='SECONDS',
                     help='stop cleanly after this many seconds (training checkpoints first); the same command again continues')
+    ap.add_argument('--publish', action='store_true', default=None,
+                    help=f'write results/ (tables, figures, README.md) although the profile is not {COMMITTED_PROFILE!r}')
     ap.add_argument('--params-dir', default=None, help=argparse.SUPPRESS)
     ap.add_argument('--experiments-dir', default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -821,9 +1005,12 @@ def main(argv=None):
         if a.list: print(describe(a.params_dir, a.experiments_dir)); return 0
         if not a.profile: ap.error('a profile is required (e.g. `cpu`); --list shows them')
         st = run_batch(a.profile, [tuple(p) for p in a.param], new=a.new, dry_run=a.dry_run, params_folder=a.params_dir,
-                       experiments_folder=a.experiments_dir, log_output=a.log_output, time_budget=a.time_budget)
+                       experiments_folder=a.experiments_dir, log_output=a.log_output, time_budget=a.time_budget,
+                       publish=a.publish)
     except BatchError as e:
         print(f'error: {e}', file=sys.stderr); return 2
+    except _BudgetInterrupt:  # rang outside a step (between steps, while the page was written): the run is saved
+        print('time budget reached: run the same command again to continue', file=sys.stderr); return 3
     except KeyboardInterrupt:
         print('interrupted: run the same command again to resume', file=sys.stderr); return 130
     if st.get('budget_reached'):

@@ -37,7 +37,7 @@ def test_run_folder_failure_and_resume(ws):
     run = Path(st['run_dir'])
     assert run.parent == ws['res']/'runs'/'tiny'
     assert {p.name for p in run.iterdir() if p.is_file()} == {'01_a.ipynb', '02_b.ipynb', '03_fails.ipynb', 'config.yaml',
-                                                             'env.json', 'status.json', '.started-here'}
+                                                             'env.json', 'status.json', '.started-here', 'README.md'}
     cfg = yaml.safe_load((run/'config.yaml').read_text())
     assert cfg['steps']['01_a']['params'] == {'profile': 'tiny', 'n': 2, 'lr': 0.5}
     assert cfg['steps']['02_b']['params'] == {'profile': 'tiny', 'device': 'cpu'}
@@ -48,10 +48,12 @@ def test_run_folder_failure_and_resume(ws):
     assert '03_fails' in status['steps']['04_after_fail']['error'] and status['finished'] is None
     # the failing step's partial notebook is kept, with the traceback in it
     assert 'broken k=1' in (run/'03_fails.ipynb').read_text()
-    # the table went to results/tables, was copied into the run folder, stamped with the run, and the page lists it
-    meta = json.loads((ws['res']/'tables'/'01_a.meta.json').read_text())
+    # tiny is not the committed profile: the table went into the run folder, stamped with the run, and the run's page
+    # lists it; results/tables and results/README.md are not written
+    meta = json.loads((run/'tables'/'01_a.meta.json').read_text())
     assert meta['run'] == f'tiny/{run.name}' and meta['step'] == '01_a' and (run/'tables'/'01_a.md').exists()
-    page = (ws['res']/'README.md').read_text()
+    assert not (ws['res']/'tables').exists() and not (ws['res']/'README.md').exists()
+    page = (run/'README.md').read_text()
     assert 'Demo table' in page and '| NPM | 1 |' in page and 'training steps: 2' in page and 'Holds.' in page
     assert f'`{run.name}`' in page and 'Profile**: `tiny`' in page
 
@@ -154,7 +156,9 @@ def test_smoke_batch(tmp_path, monkeypatch):
     st = run_batch('smoke', params_folder=ROOT/'params')
     bad = {n: s.get('error') for n, s in st['steps'].items() if s['state'] != 'done'}
     assert not bad, f'smoke steps did not finish: {bad}'
-    assert (tmp_path/'results'/'README.md').exists()
+    run = Path(st['run_dir'])   # smoke is not the committed profile: its page and tables stay in its run folder
+    assert (run/'README.md').exists() and (run/'tables'/'05_open_set.md').exists()
+    assert not (tmp_path/'results'/'README.md').exists() and not (tmp_path/'results'/'tables').exists()
 
 def test_profile_extends(ws):
     "`extends: tiny` reads base, then tiny, then the child; a cycle is an error that names it."
@@ -188,3 +192,73 @@ def test_shared_override_wins_over_notebook_params(ws):
         steps = {s['name']: s['params'] for s in plan(apply_overrides(cfg, [(name, '0.3')]), ws['ex'])}
         assert steps['01_a']['lr'] == 0.3 and steps['01_a']['n'] == 2
     assert cfg['notebooks']['01_a']['params']['lr'] == 0.5  # the loaded profile is not changed
+
+
+def test_only_the_committed_profile_writes_results(ws):
+    "#28: a run of any profile but the committed one (cpu) leaves results/tables, figures and README.md alone."
+    one = 'params: {device: cpu}\nnotebooks:\n  02_b: {enabled: false}\n  03_fails: {enabled: false}\n  04_after_fail: {enabled: false}\n'
+    (ws['pa']/'cpu.yaml').write_text(one); (ws['pa']/'smoke.yaml').write_text(one)
+    st = run_batch('smoke', **ws['kw'])
+    assert not (ws['res']/'tables').exists() and not (ws['res']/'README.md').exists()
+    assert (Path(st['run_dir'])/'tables'/'01_a.md').exists() and (Path(st['run_dir'])/'README.md').exists()
+    st = run_batch('cpu', **ws['kw'])   # the committed profile writes results/, and its page links the other profile's
+    assert st['published'] and (ws['res']/'tables'/'01_a.md').exists() and (Path(st['run_dir'])/'tables'/'01_a.md').exists()
+    page = (ws['res']/'README.md').read_text()
+    assert 'Profile**: `cpu`' in page and '## Other profiles' in page and 'runs/smoke/' in page
+    before = {f: f.read_bytes() for f in (ws['res']/'tables').iterdir()}
+    run_batch('smoke', overrides=[('01_a.n', '9')], new=True, **ws['kw'])   # a later smoke run changes nothing there
+    assert {f: f.read_bytes() for f in (ws['res']/'tables').iterdir()} == before and 'Profile**: `cpu`' in (ws['res']/'README.md').read_text()
+    run_batch('smoke', new=True, publish=True, **ws['kw'])   # --publish: on purpose
+    assert json.loads((ws['res']/'tables'/'01_a.meta.json').read_text())['profile'] == 'smoke'
+
+def test_log_output_streams_the_notebook(ws, capfd):
+    "#28: --log-output shows what the notebook prints while it runs."
+    make_demo_notebook(ws['ex']/'02_b.ipynb', P + "device: str = 'auto'  # device", "print('streamed-line-42')")
+    (ws['pa']/'one.yaml').write_text('params: {device: cpu}\nnotebooks:\n  01_a: {enabled: false}\n  03_fails: {enabled: false}\n'
+                                     '  04_after_fail: {enabled: false}\n  02_b: {after: []}\n')
+    assert main(['one', '--log-output'] + ws['cli']) == 0
+    assert 'streamed-line-42' in capfd.readouterr().out
+    assert main(['one', '--new'] + ws['cli']) == 0
+    assert 'streamed-line-42' not in capfd.readouterr().out
+
+def test_budget_stop_anywhere_is_clean(ws, capsys, monkeypatch):
+    "#28: a time budget that rings before the notebook runs (kernel start, imports) is a clean budget stop: exit 3, no traceback."
+    import time
+    from npm_nb import batch
+    monkeypatch.setattr(batch, 'MIN_STEP_S', 0.0)
+    real = batch._archive
+    def slow_archive(p): time.sleep(3); real(p)   # the step's preamble outlasts the 1 s budget
+    monkeypatch.setattr(batch, '_archive', slow_archive)
+    (ws['pa']/'one.yaml').write_text('params: {device: cpu}\nnotebooks:\n  02_b: {enabled: false}\n  03_fails: {enabled: false}\n'
+                                     '  04_after_fail: {enabled: false}\n')
+    assert main(['one', '--time-budget', '1'] + ws['cli']) == 3
+    out, err = capsys.readouterr()
+    assert 'Traceback' not in out + err and 'time budget reached' in err and 'interrupted:' not in err
+    st = json.loads(next((ws['res']/'runs'/'one').glob('*/status.json')).read_text())
+    assert st['steps']['01_a']['state'] == 'interrupted' and st['steps']['01_a']['budget_cut']
+    monkeypatch.setattr(batch, '_archive', real)
+    assert main(['one'] + ws['cli']) == 0   # the same command continues and finishes
+
+def test_step_cache_makes_progress_across_cut_calls(ws, monkeypatch):
+    "A step longer than one call keeps its finished parts (StepCache): each call adds parts, none is computed twice."
+    from npm_nb import batch
+    monkeypatch.setattr(batch, 'MIN_STEP_S', 0.0); monkeypatch.setattr(batch, 'TRAIN_MARGIN_S', 0.0)
+    log = ws['res'].parent/'computed.txt'
+    make_demo_notebook(ws['ex']/'05_long.ipynb', P + "parts: int = 5  # parts\n",
+                       "import time, os\nfrom npm_nb.batch import StepCache\ncache = StepCache()\n"
+                       f"def part(i):\n    time.sleep(1.5)\n    open({str(log)!r}, 'a').write(f'{{i}}\\n')\n    return {{'i': i, 'sq': i * i}}\n"
+                       "res = [cache(('part', i), lambda i=i: part(i)) for i in range(parts)]\n"
+                       "assert [r['sq'] for r in res] == [i * i for i in range(parts)]\nprint(cache)")
+    (ws['pa']/'long.yaml').write_text('params: {device: cpu}\nnotebooks:\n  01_a: {enabled: false}\n  02_b: {enabled: false}\n'
+                                      '  03_fails: {enabled: false}\n  04_after_fail: {enabled: false}\n  05_long: {}\n')
+    calls, st = 0, None
+    while calls < 10:
+        calls += 1
+        st = run_batch('long', time_budget=6.5, **ws['kw'])
+        if st['steps']['05_long']['state'] == 'done': break
+        assert st['steps']['05_long']['budget_cut']
+    done = log.read_text().split()
+    assert st['steps']['05_long']['state'] == 'done' and calls >= 2, (calls, done)
+    assert sorted(done) == [str(i) for i in range(5)], f'a part was computed twice or lost: {done}'
+    run = Path(st['run_dir'])
+    assert not (Path(os.environ.get('NPM_NB_DATA', ROOT/'data'))/'cache'/'steps'/'long'/run.name).exists()  # removed when finished
