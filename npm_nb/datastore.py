@@ -4,9 +4,10 @@
 
 # %% ../nbs/09_datastore.ipynb #f34ae56e
 from __future__ import annotations
-import hashlib, json, os, shutil, time, warnings
+import codecs, contextlib, csv, hashlib, io, json, os, shutil, time, warnings
 from pathlib import Path
 import numpy as np
+import pyarrow as pa
 import torch
 from datasets import Dataset, load_from_disk, concatenate_datasets
 from tqdm.auto import tqdm
@@ -16,9 +17,9 @@ from .models import encoder_fingerprint, hidden_size, check_tokenizer, check_pai
 from .blocks import build_blocks, block_phrase, is_punctuation
 
 # %% auto #0
-__all__ = ['STOPWORDS', 'FORMAT_VERSION', 'MANIFEST_KEYS', 'check_count', 'encode_blocks', 'stopword_ids', 'stored_positions',
-           'tokenizer_fingerprint', 'corpus_fingerprint', 'Datastore', 'store_fingerprint', 'check_store_record',
-           'check_model', 'verify_store']
+__all__ = ['STOPWORDS', 'DOCUMENT_SUFFIXES', 'FORMAT_VERSION', 'MANIFEST_KEYS', 'TOKEN_COLUMNS', 'check_count', 'encode_blocks',
+           'stopword_ids', 'stored_positions', 'tokenizer_fingerprint', 'corpus_fingerprint', 'DocumentError',
+           'read_documents', 'Datastore', 'store_fingerprint', 'check_store_record', 'check_model', 'verify_store']
 
 # %% ../nbs/09_datastore.ipynb #fdf5a522
 def check_count(name: str, value, lo: int = 1):
@@ -132,18 +133,26 @@ def _doc_table(docs, start: int = 0) -> Dataset:
                                  "errors='surrogateescape'); read the file with errors='replace' or fix its encoding") from None
     return Dataset.from_dict({'text': texts, 'id': ids, 'title': titles})
 
+def _is_path(s: str) -> bool:
+    "True when the string `s` names an existing file or folder."
+    try: return '\n' not in s and len(s) < 4096 and Path(s).exists()
+    except (OSError, ValueError): return False
+
 def _as_columns(docs):
-    "Columns of `docs`: a table or dict of columns as it is; a list or any iterable of strings or of dicts, gathered."
+    "Columns of `docs`: a table or dict of columns as it is; a path (or paths) read (`read_documents`); a list or any iterable of strings or of dicts, gathered."
     if hasattr(docs, 'column_names') or isinstance(docs, dict): return docs
+    if isinstance(docs, os.PathLike) or isinstance(docs, str) and _is_path(docs): return read_documents(docs)
     if isinstance(docs, (str, bytes)):
-        raise ValueError(f"documents must be several: got one {type(docs).__name__} ({docs[:40]!r}); wrap it in a list "
-                         "([text]) or give a table / dict with a 'text' column")
+        raise ValueError(f"documents must be several: got one {type(docs).__name__} ({docs[:40]!r}), which names no file "
+                         "or folder either; wrap it in a list ([text]), give a table / dict with a 'text' column, or "
+                         "the path of a file or folder of documents")
     try: rows = list(docs)
     except TypeError:
         raise ValueError(f"documents must be a table (datasets.Dataset, pandas via Dataset.from_pandas), a dict of "
                          f"columns with 'text', or a list / iterable of strings or dicts; got {type(docs).__name__}") from None
     if not rows: raise ValueError("no documents: the list (or iterable) is empty")
     if all(isinstance(r, str) for r in rows): return {'text': rows}
+    if all(isinstance(r, os.PathLike) for r in rows): return read_documents(rows)
     if all(isinstance(r, dict) for r in rows):
         keys = [k for k in ('text', 'id', 'title') if any(k in r for r in rows)]
         return {k: [r.get(k) for r in rows] for k in keys}
@@ -160,15 +169,109 @@ def corpus_fingerprint(docs) -> str:
             for s in (i, t, x): h.update(len(s.encode()).to_bytes(8, 'little')); h.update(s.encode())
     return h.hexdigest()[:16]
 
+# %% ../nbs/09_datastore.ipynb #749bbfa9
+DOCUMENT_SUFFIXES = ('.txt', '.md', '.jsonl', '.csv', '.tsv', '.parquet')
+
+class DocumentError(ValueError): "A document file that cannot be read; the message names it, what is wrong and the fix."
+
+def _decode(raw: bytes, f: Path, encoding: str) -> str:
+    "`raw` decoded strictly (a UTF-8 byte-order mark dropped); a `DocumentError` naming the line of the first bad byte."
+    try: return raw.decode('utf-8-sig' if codecs.lookup(encoding).name == 'utf-8' else encoding)
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b'\n') + 1
+        raise DocumentError(f"{f}: not valid {encoding} text (byte 0x{raw[e.start]:02x} on line {line}): convert it (e.g. iconv -f latin1 -t utf-8 {f.name} > "
+                            f"{f.stem}-utf8{f.suffix}), read every file as its encoding (encoding='latin-1'; npm-nb "
+                            "--encoding latin-1), or leave it out (skip_bad=True; npm-nb --skip-bad)") from None
+
+def _records(f: Path, encoding: str) -> tuple[str, list]:
+    "`(what a record is called, [(number, record)])` of a document file: records are dicts or strings."
+    suf = f.suffix.lower()
+    if suf in ('.txt', '.md'): return 'file', [(0, _decode(f.read_bytes(), f, encoding))]
+    if suf == '.parquet':
+        import pyarrow.parquet as pq
+        try: t = pq.read_table(f)
+        except Exception as e: raise DocumentError(f"{f}: not a readable Parquet file ({type(e).__name__}: {str(e)[:200]})") from None
+        if 'text' not in t.column_names: raise DocumentError(f"{f}: no 'text' column (it has {t.column_names}); name the column of document texts 'text'")
+        return 'row', list(enumerate(t.select([c for c in ('text', 'id', 'title') if c in t.column_names]).to_pylist(), 1))
+    text = _decode(f.read_bytes(), f, encoding)
+    if suf == '.jsonl':
+        out = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip(): continue
+            try: out.append((i, json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise DocumentError(f'{f} line {i}: not JSON ({e.msg}); write one object a line, e.g. {{"text": "...", "id": "a1"}}') from None
+        return 'line', out
+    r = csv.DictReader(io.StringIO(text, newline=''), delimiter='\t' if suf == '.tsv' else ',')
+    if 'text' not in (r.fieldnames or []): raise DocumentError(f"{f}: no 'text' column (its header is {r.fieldnames}); name the column of document texts 'text'")
+    try: return 'row', list(enumerate(r, 1))
+    except csv.Error as e: raise DocumentError(f"{f} line {r.line_num}: not valid {suf[1:].upper()} ({e})") from None
+
+# %% ../nbs/09_datastore.ipynb #6503c0f5
+def _file_documents(f: Path, name: str, encoding: str) -> list[tuple[str, str, str]]:
+    "`(id, title, text)` of each non-empty document of file `f`; `name` is its path as ids show it."
+    kind, recs = _records(f, encoding); out = []
+    for n, r in recs:
+        r = {'text': r} if isinstance(r, str) else r
+        if not isinstance(r, dict) or 'text' not in r:
+            raise DocumentError(f"{f} {kind} {n}: no 'text' in {str(r)[:60]!r}; each {kind} needs a 'text' (optional 'id', 'title')")
+        t = r['text'] if r['text'] is not None else ''
+        if not isinstance(t, str): raise DocumentError(f"{f} {kind} {n}: 'text' is {type(t).__name__} ({t!r:.40}), not a string")
+        if not t.strip(): continue
+        i = r.get('id'); i = name if kind == 'file' else f'{name}:{n}' if i is None or i == '' else str(i)
+        out.append((i, f.stem if kind == 'file' else str(r.get('title') or ''), t))
+    return out
+
+def read_documents(paths, # a file or a folder (read recursively), or a list of them
+                   encoding: str = 'utf-8', # of the text files (.txt, .md, .jsonl, .csv, .tsv); Parquet is UTF-8
+                   skip_bad: bool = False, # leave out files that cannot be read (a warning each) instead of failing
+                  ) -> dict:
+    "Documents `{'text', 'id', 'title'}` read from files; every file that cannot be read is named with its fix."
+    try: codecs.lookup(encoding)
+    except LookupError: raise ValueError(f"encoding={encoding!r} is not a text encoding Python knows (e.g. 'utf-8', 'latin-1', 'cp1252')") from None
+    files, problems, other = [], [], {}
+    for p in map(Path, [paths] if isinstance(paths, (str, os.PathLike)) else paths):
+        if p.is_dir():
+            for f in sorted(p.rglob('*')):
+                rel = f.relative_to(p)
+                if not f.is_file() or any(s.startswith('.') for s in rel.parts): continue
+                if f.suffix.lower() in DOCUMENT_SUFFIXES: files.append((f, rel.as_posix()))
+                else: other[f.suffix.lower() or 'no suffix'] = other.get(f.suffix.lower() or 'no suffix', 0) + 1
+        elif p.is_file() and p.suffix.lower() in DOCUMENT_SUFFIXES: files.append((p, p.name))
+        else: problems.append(f"{p}: " + ("not a document file (use " + ", ".join(DOCUMENT_SUFFIXES) + ")" if p.is_file() else "no such file or folder"))
+    cols, seen = {'text': [], 'id': [], 'title': []}, {}
+    for f, name in files:
+        try: rows = _file_documents(f, name, encoding)
+        except (DocumentError, OSError) as e: problems.append(str(e)); continue
+        dup = next(((i, seen.get(i, f)) for k, (i, _, _) in enumerate(rows) if i in seen or i in [r[0] for r in rows[:k]]), None)
+        if dup: problems.append(f"{f}: document id {dup[0]!r} is also in {dup[1]}; ids must be unique (rename one)"); continue
+        for i, t, x in rows: seen[i] = f; cols['id'].append(i); cols['title'].append(t); cols['text'].append(x)
+    if other: warnings.warn(f"left out {sum(other.values())} files that are not documents ({', '.join(f'{k}: {v}' for k, v in sorted(other.items()))}); documents are {', '.join(DOCUMENT_SUFFIXES)}")
+    if problems and not skip_bad:
+        raise DocumentError(f"{len(problems)} of the document files cannot be read (nothing was read):\n  " + "\n  ".join(problems))
+    for p in problems: warnings.warn(f"left out {p}")
+    if not cols['text']: raise DocumentError(f"no documents in {paths}: no non-empty {', '.join(DOCUMENT_SUFFIXES)} file")
+    return cols
+
 # %% ../nbs/09_datastore.ipynb #9981f96f
 FORMAT_VERSION = 1
 MANIFEST_KEYS = ('format', 'encoder', 'tokenizer', 'hidden', 'shape', 'generation', 'parts', 'n_docs', 'n_blocks',
                  'remove_stopwords', 'stop_ids', 'max_len', 'source', 'corpus')
 
+@contextlib.contextmanager
+def _quiet_datasets():
+    "No `datasets` progress bars inside the block (\"Saving the dataset\"); as they were after it."
+    import datasets
+    was = datasets.are_progress_bars_disabled(); datasets.disable_progress_bars()
+    try: yield
+    finally:
+        if not was: datasets.enable_progress_bars()
+
 def _save_dataset(ds: Dataset, path: Path):
-    "Save a dataset atomically (temp folder, then rename)."
+    "Save a dataset atomically (temp folder, then rename), without a progress bar (the encoder's bar is the progress)."
     tmp = path.with_name(path.name + '.tmp'); shutil.rmtree(tmp, ignore_errors=True)
-    ds.save_to_disk(str(tmp)); shutil.rmtree(path, ignore_errors=True); os.replace(tmp, path)
+    with _quiet_datasets(): ds.save_to_disk(str(tmp))
+    shutil.rmtree(path, ignore_errors=True); os.replace(tmp, path)
 
 def _rows_for(blocks, stop_ids, start_block: int = 0):
     "`vec_block`, `vec_pos` and per-block row counts of `blocks` (block numbers offset by `start_block`)."
@@ -184,6 +287,10 @@ def _rows_for(blocks, stop_ids, start_block: int = 0):
 
 # %% ../nbs/09_datastore.ipynb #dcc03a6b
 def _rebuild(path) -> str: return f"delete {path} and build it again (Datastore.build / NPM.build_datastore)"
+
+def _vectors_file(path, m: dict) -> Path:
+    "The vectors file of manifest `m`: `vectors.f16`, or the `vectors-{g}.f16` a `remove` wrote."
+    return Path(path)/m.get('vectors', 'vectors.f16')
 
 def _read_manifest(path: Path) -> dict:
     "The manifest of the store at `path`, checked for the keys this version needs."
@@ -240,7 +347,7 @@ class Datastore:
         self.manifest, self.hidden = m, m['hidden']
         N = m['shape'][0]
         if N:
-            f = self.path/'vectors.f16'; need = N * self.hidden * 2
+            f = _vectors_file(self.path, m); need = N * self.hidden * 2
             if not f.exists() or f.stat().st_size < need:
                 raise ValueError(f"{f}: truncated or missing ({f.stat().st_size if f.exists() else 0} bytes < {need} "
                                  f"for shape {m['shape']}); rebuild the datastore")
@@ -312,7 +419,7 @@ def verify_store(path, m: dict | None = None) -> bool:
                                      f"cannot be verified; rebuild it to get them")
         return False
     verify_checksums(_meta_present(path, m), m['meta_checksums'], 'datastore metadata', fix)
-    h, vec = m['hidden'], path/'vectors.f16'
+    h, vec = m['hidden'], _vectors_file(path, m)
     need, have = m['shape'][0] * h * 2, vec.stat().st_size if vec.exists() else 0
     if have < need: raise ValueError(f"{vec}: truncated or missing ({have} bytes < {need} for shape {m['shape']}); {fix}")
     for i, p in enumerate(m['parts']):
@@ -353,8 +460,10 @@ def _create(cls, path, model, tok, max_len=256, remove_stopwords=False, source='
         return cls(path, model, tok, allow_unfinished=True)
     check_tokenizer(tok); check_pair(model, tok); path.mkdir(parents=True, exist_ok=True)
     stop = stopword_ids(tok) if remove_stopwords else np.zeros(0, np.int64)
+    name = str(getattr(model, 'name_or_path', '') or '')  # the folder or alias it was loaded from ('' if built in code)
     atomic_write_json(path/'manifest.json', dict(
-        format=FORMAT_VERSION, encoder=encoder_fingerprint(model), tokenizer=tokenizer_fingerprint(tok),
+        format=FORMAT_VERSION, encoder=encoder_fingerprint(model), encoder_name=str(Path(name).resolve()) if name and Path(name).is_dir() else name,
+        tokenizer=tokenizer_fingerprint(tok),
         tokenizer_name=str(tok.name_or_path), hidden=hidden_size(model), dtype='float16', shape=[0, hidden_size(model)],
         vector='last_hidden_state (no 1/sqrt(h) scale)', stored='valid_start | valid_end' + (' minus stopwords' if remove_stopwords else ''),
         max_len=max_len, remove_stopwords=remove_stopwords, stop_ids=stop.tolist(), source=source, amp=amp,
@@ -388,10 +497,11 @@ Datastore._create, Datastore.load = _create, _load
 def _prepare(self, new_docs, source, input_fp=None):
     "Stage the new documents in `pending/` (blocks, rows, empty memmap, progress); reuse a matching earlier stage."
     pend, m = self.path/'pending', self.manifest
-    table = _doc_table(new_docs, start=m['n_docs']); fp = corpus_fingerprint(table)
+    table = _doc_table(new_docs, start=m.get('next_doc', m['n_docs'])); fp = corpus_fingerprint(table)
     key = dict(base_generation=m['generation'], base_rows=len(self), corpus=fp, encoder=m['encoder'])
-    if (pend/'stage.json').exists():
-        st = read_json(pend/'stage.json', fix=f'delete {pend} and call again (the pending documents are encoded anew)')
+    st = read_json(pend/'stage.json', fix=f'delete {pend} and call again (the pending documents are encoded anew)') \
+         if (pend/'stage.json').exists() else None
+    if st is not None and st.get('kind') != 'remove':  # an unfinished remove never committed: it is discarded
         if {k: st[k] for k in key} == key: return st
         raise ValueError(f"{pend} holds an unfinished build of other documents (corpus {st['corpus']}, this call {fp}); "
                          "call again with those documents to finish it, or delete that folder to discard it")
@@ -446,7 +556,7 @@ def _commit(self, st):
     part = {k: st[k] for k in ('source', 'n_docs', 'n_blocks', 'n_vectors', 'corpus')}
     part.update(input=st.get('input') or st['corpus'], rows=[N0, N0 + n_new],
                 xxh3=file_checksum(pend/'vectors.tmp', 0, n_new * h * 2))
-    m.update(generation=g, shape=[N0 + n_new, h], n_docs=m['n_docs'] + st['n_docs'], n_blocks=m['n_blocks'] + st['n_blocks'],
+    m.update(generation=g, shape=[N0 + n_new, h], n_docs=m['n_docs'] + st['n_docs'], next_doc=m.get('next_doc', m['n_docs']) + st['n_docs'], n_blocks=m['n_blocks'] + st['n_blocks'],
              parts=m['parts'] + [part], updated=time.strftime('%Y-%m-%d %H:%M:%S'), meta_checksums=folder_checksums(meta),
              corpus=hashlib.sha256(f"{m['corpus']}+{st['corpus']}".encode()).hexdigest()[:16] if m['parts'] else st['corpus'])
     atomic_write_json(pend/'commit.json', {'manifest': m, 'base_rows': N0})  # decided: any later call finishes it
@@ -457,12 +567,16 @@ def _commit(self, st):
 def _finish_commit(path: Path):
     "Carry out the commit decided in `pending/commit.json`: vectors, manifest, clean-up. Every step may be repeated."
     pend = path/'pending'
-    c = read_json(pend/'commit.json', fix=f'delete {pend} and run the same build/add again')
+    c = read_json(pend/'commit.json', fix=f'delete {pend} and run the same build/add/remove again')
     m, N0 = c['manifest'], c['base_rows']
+    vec, tmp = _vectors_file(path, m), pend/'vectors.tmp'
     if _read_manifest(path)['generation'] < m['generation']:
         h, n_new = m['hidden'], m['shape'][0] - N0
-        vec, tmp = path/'vectors.f16', pend/'vectors.tmp'
-        if N0 == 0 and not tmp.exists() and vec.exists() and vec.stat().st_size >= n_new * h * 2: pass  # renamed already
+        if c.get('replace'):  # a remove: the rewritten copy becomes a new file; the old one serves the old manifest
+            if tmp.exists(): os.replace(tmp, vec)
+            elif not vec.exists() or vec.stat().st_size < m['shape'][0] * h * 2:
+                raise ValueError(f"{pend}: the commit cannot finish, vectors.tmp is missing; delete {pend} and remove again")
+        elif N0 == 0 and not tmp.exists() and vec.exists() and vec.stat().st_size >= n_new * h * 2: pass  # renamed already
         elif not tmp.exists():
             raise ValueError(f"{pend}: the commit cannot finish, vectors.tmp is missing; delete {pend} and run the same "
                              "build/add again (its documents are encoded anew)")
@@ -477,6 +591,8 @@ def _finish_commit(path: Path):
     shutil.rmtree(done, ignore_errors=True); os.replace(pend, done)
     for old in path.glob('meta-*'):
         if old.name != f"meta-{m['generation']}": shutil.rmtree(old, ignore_errors=True)
+    for old in path.glob('vectors*.f16'):  # the previous version's vectors after a remove (open readers keep theirs)
+        if old.name != vec.name: old.unlink(missing_ok=True)
     shutil.rmtree(done, ignore_errors=True)
 
 def _recover(path: Path):
@@ -588,3 +704,150 @@ def _phrase(self, block: int, i: int, j: int) -> str:
     return block_phrase(self.blocks[int(block)], self.texts, i, j)
 
 Datastore.row_of, Datastore.block_vectors, Datastore.phrase = _row_of, _block_vectors, _phrase
+
+# %% ../nbs/09_datastore.ipynb #6a43b9b8
+TOKEN_COLUMNS = ('input_ids', 'doc_index', 'char_start', 'char_end', 'valid_start', 'valid_end')
+
+def _strip_block(block: dict, # a block row
+                 gone: np.ndarray, # document numbers to remove
+                 new_doc: np.ndarray, # old document number -> new one
+                ) -> dict | None:
+    "`block` without the tokens of the documents in `gone` (whole `[CLS] … [SEP]` pieces), renumbered; None if nothing is left."
+    d = np.asarray(block['doc_index']); keep = ~np.isin(d, gone)
+    if not keep.any(): return None
+    out = {k: (np.asarray(v)[keep].tolist() if k in TOKEN_COLUMNS else v) for k, v in block.items()}
+    out['doc_index'] = new_doc[d[keep]].tolist()
+    return out
+
+# %% ../nbs/09_datastore.ipynb #3a6932bc
+def _removal_plan(self, gone: np.ndarray):
+    "`(new_doc, kept, touched)`: old -> new document numbers, the kept ones, and {block: stripped block, or None if dropped}."
+    n = self.manifest['n_docs']; new_doc = np.full(n, -1, np.int64)
+    kept = np.setdiff1d(np.arange(n), gone); new_doc[kept] = np.arange(len(kept))
+    touched, b0 = {}, 0
+    for batch in self.blocks.data.table.select(['doc_index']).to_batches(max_chunksize=20_000):
+        col = batch.column(0); offs = col.offsets.to_numpy(); offs = offs - offs[0]
+        for b in np.unique(np.searchsorted(offs, np.flatnonzero(np.isin(col.flatten().to_numpy(), gone)), 'right') - 1):
+            touched[b0 + int(b)] = _strip_block(self.blocks[b0 + int(b)], gone, new_doc)
+        b0 += len(batch)
+    return new_doc, kept, touched
+
+def _kept_rows(self, touched: dict):
+    "`(vec_block, vec_pos, block_vec_start, copies, encodes)` after removal: `copies` [(old r0, old r1, new r0)], `encodes` [(block, positions, new r0)]."
+    counts = np.diff(self.block_vec_start); nc, vp, copies, encodes, prev, row = [], [], [], [], 0, 0
+    for b in sorted(touched) + [len(counts)]:
+        r0, r1 = int(self.block_vec_start[prev]), int(self.block_vec_start[b])
+        nc.append(counts[prev:b]); vp.append(self.vec_pos[r0:r1])
+        if r1 > r0: copies.append((r0, r1, row)); row += r1 - r0
+        if b < len(counts) and touched[b] is not None:
+            p = stored_positions(touched[b], self.stop_ids)
+            encodes.append((touched[b], p, row)); nc.append([len(p)]); vp.append(p.astype(np.int16)); row += len(p)
+        prev = b + 1
+    nc = np.concatenate(nc).astype(np.int64)
+    return (np.repeat(np.arange(len(nc), dtype=np.int32), nc), np.concatenate(vp).astype(np.int16),
+            np.concatenate([[0], np.cumsum(nc)]).astype(np.int64), copies, encodes)
+
+def _kept_blocks(self, touched: dict, new_doc: np.ndarray, out: Path):
+    "Stream the blocks after removal (renumbered; stripped ones in place, dropped ones gone) into the Arrow file `out`."
+    tbl, b0 = self.blocks.data.table, 0
+    with pa.OSFile(str(out), 'wb') as sink, pa.ipc.new_stream(sink, tbl.schema) as w:
+        for batch in tbl.to_batches(max_chunksize=20_000):
+            t = pa.Table.from_batches([batch], tbl.schema); i = t.schema.get_field_index('doc_index')
+            col = t.column(i).combine_chunks(); offs = col.offsets.to_numpy()
+            t = t.set_column(i, t.schema.field(i), type(col).from_arrays(pa.array(offs - offs[0], col.offsets.type),
+                             pa.array(new_doc[col.flatten().to_numpy()], col.type.value_type)))
+            start = 0
+            for b in sorted(k - b0 for k in touched if b0 <= k < b0 + len(t)):
+                if b > start: w.write_table(t.slice(start, b - start))
+                if touched[b0 + b] is not None: w.write_table(pa.Table.from_pylist([touched[b0 + b]], schema=t.schema))
+                start = b + 1
+            if len(t) > start: w.write_table(t.slice(start))
+            b0 += len(t)
+
+# %% ../nbs/09_datastore.ipynb #6ce3b26d
+def _kept_vectors(self, out: Path, n: int, copies, encodes, batch_size, device, progress):
+    "Write the `n` rows after removal to `out`: copied in chunks, the stripped blocks encoded (with the store's precision)."
+    reserve_space(out, max(n, 1) * self.hidden * 2)
+    mm = np.memmap(out, dtype=np.float16, mode='r+', shape=(max(n, 1), self.hidden))
+    for r0, r1, to in copies:
+        for a in range(r0, r1, 1 << 20): e = min(r1, a + (1 << 20)); mm[to + a - r0:to + e - r0] = self.vectors[a:e]
+    bar = tqdm(total=len(encodes), desc='re-encode', disable=not progress or not encodes, unit='block')
+    hs = encode_blocks(self.model, self.tok, [e[0] for e in encodes], batch_size, device, amp=self.manifest.get('amp')) if encodes else []
+    for (_, p, to), h in zip(encodes, hs): mm[to:to + len(p)] = h[p].astype(np.float16); bar.update()
+    bar.close(); mm.flush(); del mm
+
+def _kept_parts(self, touched: dict, kept: np.ndarray, bvs: np.ndarray, docs, vec: Path) -> list:
+    "The parts after removal: rows and counts shifted; corpus fingerprint and checksum recomputed where one changed."
+    dropped = np.array(sorted(b for b, s in touched.items() if s is None), np.int64)
+    out, B, D, nb_new, h = [], 0, 0, 0, self.hidden
+    for p in self.manifest['parts']:
+        nb = p['n_blocks'] - int(((dropped >= B) & (dropped < B + p['n_blocks'])).sum())
+        mine = np.flatnonzero((kept >= D) & (kept < D + p['n_docs']))  # its kept documents' new numbers
+        if len(mine):
+            r0, r1 = int(bvs[nb_new]), int(bvs[nb_new + nb]); q = dict(p, n_blocks=nb, n_docs=len(mine), n_vectors=r1 - r0, rows=[r0, r1])
+            if len(mine) < p['n_docs'] or any(B <= b < B + p['n_blocks'] for b in touched):
+                fp = corpus_fingerprint(docs.select(mine))
+                q.update(corpus=fp, input=fp, xxh3=file_checksum(vec, r0 * h * 2, (r1 - r0) * h * 2),
+                         removed=p.get('removed', 0) + p['n_docs'] - len(mine))
+            out.append(q)
+        B, D, nb_new = B + p['n_blocks'], D + p['n_docs'], nb_new + nb
+    return out
+
+def _corpus_chain(parts) -> str:
+    "The store's corpus fingerprint from its parts' (as `add` chains them)."
+    c = parts[0]['corpus']
+    for p in parts[1:]: c = hashlib.sha256(f"{c}+{p['corpus']}".encode()).hexdigest()[:16]
+    return c
+
+# %% ../nbs/09_datastore.ipynb #0294a818
+def _remove(self, ids, # document ids to remove (see `ds.doc_ids`): one, or a list
+            batch_size: int = 32, device: str | None = None, progress: bool = True,
+            missing_ok: bool = False, # ignore ids the store lacks (default: an error naming them; nothing removed)
+           ) -> Datastore:
+    "Remove documents by id; blocks they shared with kept documents are encoded again. Atomic, as `add`; returns `self`."
+    ids = {str(i) for i in ([ids] if isinstance(ids, (str, int)) else ids)}; check_count('batch_size', batch_size)
+    with hold_lock(self.path, 'datastore'):
+        _recover(self.path); self._open(); pend, m = self.path/'pending', dict(self.manifest)
+        if (pend/'stage.json').exists() and read_json(pend/'stage.json', fix=f'delete {pend}').get('kind') != 'remove':
+            raise ValueError(f"{pend} holds an unfinished add: call add again with its documents to finish it (or delete that folder), then remove")
+        have = self.doc_ids; unknown = sorted(ids - set(have))
+        if unknown and not missing_ok:
+            raise ValueError(f"document ids {unknown[:5]} are not in {self.path} (it holds {len(have)}, e.g. {have[:3]}): nothing was "
+                             "removed; ds.doc_ids (npm-nb info STORE --ids) lists them, missing_ok=True ignores unknown ids")
+        gone = np.array([d for d, i in enumerate(have) if i in ids], np.int64)
+        if not len(gone): return self
+        if len(gone) == len(have): raise ValueError(f"removing all {len(have)} documents would leave {self.path} empty: delete the folder instead")
+        new_doc, kept, touched = _removal_plan(self, gone)
+        encode = any(s is not None for s in touched.values())
+        if encode and (self.model is None or self.tok is None):
+            raise ValueError("these documents share blocks with others, which are encoded again without them: open the store "
+                             "with its encoder, Datastore.load(path, model=..., tok=...)")
+        shutil.rmtree(pend, ignore_errors=True); pend.mkdir()
+        atomic_write_json(pend/'stage.json', dict(kind='remove', ids=sorted(ids & set(have)), base_generation=m['generation']))
+        vb, vp, bvs, copies, encodes = _kept_rows(self, touched)
+        if encode:
+            if device is not None: self.model.to(device)
+            was_training = self.model.training; self.model.eval()
+        try: _kept_vectors(self, pend/'vectors.tmp', len(vb), copies, encodes, batch_size, device, progress)
+        finally:
+            if encode: self.model.train(was_training)
+        g = m['generation'] + 1; meta = self.path/f'meta-{g}'; meta.mkdir(exist_ok=True)
+        _kept_blocks(self, touched, new_doc, pend/'blocks.arrow'); docs = self.docs.select(kept)
+        _save_dataset(Dataset.from_file(str(pend/'blocks.arrow')), meta/'blocks'); _save_dataset(docs, meta/'docs')
+        np.savez(meta/'rows.npz', vec_block=vb, vec_pos=vp, block_vec_start=bvs)
+        parts = _kept_parts(self, touched, kept, bvs, docs, pend/'vectors.tmp')
+        m.update(generation=g, shape=[len(vb), self.hidden], n_docs=len(kept), n_blocks=len(bvs) - 1, parts=parts,
+                 corpus=_corpus_chain(parts), vectors=f'vectors-{g}.f16', removed=m.get('removed', 0) + len(gone),
+                 next_doc=m.get('next_doc', m['n_docs']), updated=time.strftime('%Y-%m-%d %H:%M:%S'),
+                 meta_checksums=folder_checksums(meta))
+        atomic_write_json(pend/'commit.json', {'manifest': m, 'base_rows': len(vb), 'replace': True})  # decided
+        _finish_commit(self.path)
+        _VERIFIED_STORES.add(_verify_key(self.path, m)); self._open()
+    return self
+
+Datastore.remove = _remove
+
+# %% ../nbs/09_datastore.ipynb #11a41083
+#| eval: false
+if __name__ == '__main__':
+    from npm_nb.cli import module_main; module_main('npm_nb.datastore')
