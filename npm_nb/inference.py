@@ -770,3 +770,8 @@ def _closed_set_probs(self: NPM, texts, # one query or a list, each with one [MA
     return out[0] if one else out
 
 NPM.predict_single, NPM.closed_set_probs = _predict_single, _closed_set_probs
+
+# %% ../nbs/11_inference.ipynb #eeeefcf7
+#| eval: false
+if __name__ == '__main__':
+    from npm_nb.cli import module_main; module_main('npm_nb.inference')
