@@ -25,13 +25,13 @@ def load_manifest(path=None # a sources.json; default the committed `data/source
     if not path.exists(): raise FileNotFoundError(f"No source manifest at {path}: it is committed as data/sources.json; restore it with git.")
     return json.loads(path.read_text(encoding='utf-8'))
 
-SOURCES = load_manifest()
+SOURCES = load_manifest() if MANIFEST_PATH.exists() else {}  # an installed wheel outside a clone has no data/: it imports, and fetching says why it cannot
 
 def source(name: str, manifest: dict | None = None) -> dict:
     "The manifest entry for `name`; a clear error listing the known names otherwise."
     manifest = SOURCES if manifest is None else manifest
     if name not in manifest:
-        raise ValueError(f"Unknown source {name!r}. Known sources: {', '.join(manifest)} (see data/sources.json).")
+        raise ValueError(f"Unknown source {name!r}. Known sources: {', '.join(manifest) or f'none, {MANIFEST_PATH} is missing (fetching runs in a clone of the repository)'} (see data/sources.json).")
     return manifest[name]
 
 # %% ../nbs/02_fetch.ipynb #cf993178
