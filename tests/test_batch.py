@@ -243,6 +243,7 @@ def test_step_cache_makes_progress_across_cut_calls(ws, monkeypatch):
     "A step longer than one call keeps its finished parts (StepCache): each call adds parts, none is computed twice."
     from npm_nb import batch
     monkeypatch.setattr(batch, 'MIN_STEP_S', 0.0); monkeypatch.setattr(batch, 'TRAIN_MARGIN_S', 0.0)
+    monkeypatch.setenv('NPM_NB_DATA', str(ws['res'].parent/'data'))
     log = ws['res'].parent/'computed.txt'
     make_demo_notebook(ws['ex']/'05_long.ipynb', P + "parts: int = 5  # parts\n",
                        "import time, os\nfrom npm_nb.batch import StepCache\ncache = StepCache()\n"
@@ -261,4 +262,5 @@ def test_step_cache_makes_progress_across_cut_calls(ws, monkeypatch):
     assert st['steps']['05_long']['state'] == 'done' and calls >= 2, (calls, done)
     assert sorted(done) == [str(i) for i in range(5)], f'a part was computed twice or lost: {done}'
     run = Path(st['run_dir'])
-    assert not (Path(os.environ.get('NPM_NB_DATA', ROOT/'data'))/'cache'/'steps'/'long'/run.name).exists()  # removed when finished
+    assert (ws['res'].parent/'data'/'cache'/'steps'/'long').is_dir()
+    assert not (ws['res'].parent/'data'/'cache'/'steps'/'long'/run.name).exists()  # removed when the run finished
