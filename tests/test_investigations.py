@@ -1,0 +1,87 @@
+"""The investigation notebooks (nbs/experiments/15-19), each run by papermill on its smoke defaults into a temp results
+folder, as the batch runs an experiment: from the repository root, offline. They replace the scripts that used to live in
+results/runs/ (whose READMEs cite them), so each is run by a test and each test reads what it wrote."""
+import json, os
+from pathlib import Path
+import pandas as pd, pytest
+from npm_nb.storage import project_root
+
+ROOT = project_root()
+OFFLINE = dict(HF_HUB_OFFLINE='1', TRANSFORMERS_OFFLINE='1', HF_DATASETS_OFFLINE='1', TOKENIZERS_PARALLELISM='false')
+needs_data = pytest.mark.skipif(not (ROOT/'data'/'processed').exists(), reason='data/processed missing: run `make data` first')
+
+def run(name: str, tmp_path: Path, monkeypatch, **params) -> Path:
+    "Execute nbs/experiments/<name>.ipynb with `params` (profile smoke), results into tmp_path; the results folder."
+    import papermill
+    for k, v in {**OFFLINE, 'NPM_NB_RESULTS': str(tmp_path/'results')}.items(): monkeypatch.setenv(k, v)
+    papermill.execute_notebook(str(ROOT/'nbs'/'experiments'/f'{name}.ipynb'), str(tmp_path/f'{name}.ipynb'),
+                               parameters={'profile': 'smoke', **params}, cwd=str(ROOT), kernel_name='python3', progress_bar=False)
+    return tmp_path/'results'
+
+def table(results: Path, name: str) -> pd.DataFrame: return pd.read_csv(results/'tables'/f'{name}.csv')
+
+@pytest.fixture(scope='module')
+def smoke_models(tmp_path_factory):
+    "The smoke profile's 01_train models: a smoke batch leaves them; trained here (about 40 s on 2 cores) when it has not."
+    from npm_nb.reference import trained_path
+    try: return [trained_path('smoke', o) for o in ('npm', 'mlm')]
+    except FileNotFoundError: pass
+    import papermill
+    tmp = tmp_path_factory.mktemp('train')
+    old = {k: os.environ.get(k) for k in [*OFFLINE, 'NPM_NB_RESULTS']}
+    os.environ.update({**OFFLINE, 'NPM_NB_RESULTS': str(tmp/'results')})
+    try: papermill.execute_notebook(str(ROOT/'nbs'/'experiments'/'01_train.ipynb'), str(tmp/'01_train.ipynb'),
+                                    parameters={'profile': 'smoke'}, cwd=str(ROOT), kernel_name='python3', progress_bar=False)
+    finally:
+        for k, v in old.items():
+            if v is None: os.environ.pop(k, None)
+            else: os.environ[k] = v
+    return [trained_path('smoke', o) for o in ('npm', 'mlm')]
+
+def test_19_compare_runs(tmp_path, monkeypatch):
+    "The committed cpu runs, bf16 stores against fp32 stores: what vs_fp32.md records (it needs no data or model)."
+    res = run('19_compare_runs', tmp_path, monkeypatch)
+    report = (res/'tables'/'19_compare_runs.md').read_text()
+    identical = report.split('Identical (')[1].split('\n')[0]
+    assert '`05_open_set`' in identical and '`06_temporal`' in identical and '`04_closed_set`' not in identical
+    cells = table(res, '19_compare_runs_cells')
+    got = cells[(cells.table == '04_closed_set') & (cells.column == 'Avg')]
+    assert got[['against', 'run']].astype(float).values.tolist() == [[14.8, 14.9]]   # the init's closed-set average
+    assert not cells[cells.table == '10_speed'].timing.eq(False).any()               # 10_speed differs in timings only
+    head = table(res, '19_compare_runs_headline').set_index('measure')
+    assert head.loc['05 open-set NPM lama_geo (macro EM)'].iloc[:2].astype(float).tolist() == [13.8, 13.8]
+
+@needs_data
+def test_18_closed_set_ceiling(tmp_path, monkeypatch, smoke_models):
+    res = run('18_closed_set_ceiling', tmp_path, monkeypatch)
+    d = table(res, '18_closed_set_ceiling').set_index('task')
+    assert list(d.index) == ['mr', 'cr', 'amazon'] and (d['n'] > 0).all()
+    aucs = d.filter(like='AUC').to_numpy().ravel()
+    assert ((aucs[~pd.isna(aucs)] >= 0) & (aucs[~pd.isna(aucs)] <= 1)).all()
+
+@needs_data
+def test_17_translation_reading(tmp_path, monkeypatch, smoke_models):
+    res = run('17_translation_reading', tmp_path, monkeypatch)
+    d = table(res, '17_translation_reading').set_index('model')
+    assert list(d.index) == ['MiniLM init', 'smoke profile: MLM, NPM scoring', 'smoke profile: NPM']
+    assert d['total steps'].tolist()[0] == 0 and d['n'].nunique() == 1 and d['asked name first (%)'].between(0, 100).all()
+    assert (res/'figures'/'17_translation_reading.png').exists()
+
+@needs_data
+def test_16_probe_gap(tmp_path, monkeypatch, smoke_models):
+    res = run('16_probe_gap', tmp_path, monkeypatch)
+    d = table(res, '16_probe_gap')
+    assert {"05's sample", "the probe's sample"} <= set(d.examples) and "09's probe (GeoProbe)" in set(d.pipeline)
+    assert (res/'tables'/'16_probe_gap_field_line.md').exists() and (res/'tables'/'16_probe_gap_both_retrieved.md').exists()
+
+@needs_data
+def test_15_targets_vs_steps(tmp_path, monkeypatch, smoke_models):
+    "The init and the smoke NPM through 05 and 06 (their runs are kept in data/cache/targets_vs_steps/smoke and reused)."
+    res = run('15_targets_vs_steps', tmp_path, monkeypatch)
+    d = table(res, '15_targets_vs_steps').set_index('checkpoint')
+    assert list(d.index) == ['MiniLM (0 steps)', 'smoke profile'] and d.loc['MiniLM (0 steps)', 'NPM steps'] == 0
+    assert {'lama_geo EM', 'temporal changed gain'} <= set(d.columns) and 'closed-set avg' not in d.columns
+    pairs = table(res, '15_targets_vs_steps_pairs')
+    assert len(pairs) == 2 and set(pairs.examples) == {'lama_geo', '4 open-set tasks'}
+    meta = json.loads((res/'figures'/'15_targets_vs_steps.meta.json').read_text())
+    assert meta['profile'] == 'smoke' and 'lama_geo EM' in meta['reading']
