@@ -945,8 +945,9 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
                 if deadline and r['state'] != 'done' and (r.pop('budget', False) or time.time() >= deadline - TRAIN_MARGIN_S - 5
                                                           or 'TrainingDeadline' in str(r.get('error'))):
                     cuts = prev.get('cuts', 0) + 1 if prev.get('key') == key else 1
+                    why = '' if r['error'] == 'time budget reached' else f" ({r['error']})"
                     r.update(state='interrupted', budget_cut=True, cuts=cuts,
-                             error=f"time budget reached ({r['error']}); run the same command again to continue"
+                             error=f"time budget reached{why}; run the same command again to continue"
                                    + (f" (cut {cuts} times: its finished parts are kept, see StepCache)" if cuts > 1 else ''))
                     stopped = True
                 r.pop('budget', None)
