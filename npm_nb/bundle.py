@@ -578,7 +578,7 @@ def run(profile: str = 'h100', budget: float = 480, # seconds this call may take
         return 4
     cmd = [sys.executable, '-m', 'npm_nb.batch', profile, '--time-budget', f'{max(1.0, budget - reserve):.0f}', *batch_args]
     for k, v in overrides: cmd += ['-p', k, str(v)]
-    rc = subprocess.run(cmd, cwd=project_root()).returncode
+    rc = subprocess.run(cmd, cwd=project_root(), env={**os.environ, 'PYTHONUNBUFFERED': '1'}).returncode  # its lines as they come
     _log(f'batch exit code {rc} after {time.time() - t0:.0f} s' + (' (time budget reached: run the same call again)' if rc == 3 else ''))
     if out:
         pack(profile, checkpoints=checkpoints)

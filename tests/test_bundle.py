@@ -1,18 +1,24 @@
-"""The offline bundle end to end (npm_nb.bundle). Slow (minutes, see README "Offline GPU machines"): it runs only with
-NPM_NB_TEST_BUNDLE=1 (`make bundle-test`).
+"""The offline bundle (npm_nb.bundle).
 
-Here, with PyPI reachable: train a tiny run, build the bundle for this machine's Python with that checkpoint in it.
-Then, as on a GPU machine without a package index: a fresh venv with only what that machine has (torch, transformers,
+`test_device_calls_simulated` (about 3 minutes, always runs): the README's device sequence here, one process per call as
+the device tool runs them: parts sized from the working tree (each fits one 64 MiB call with it), handed to the installer
+one call at a time; then `bundle run` calls with a time budget that cuts steps (training checkpoints and resumes, a
+cut step runs again next call), until the run is done; the pieces each call returns stay within the return limits;
+`bundle collect` here joins them into the run folder and keeps the checkpoint.
+
+`test_bundle_end_to_end` is slow (10-20 minutes) and runs only with NPM_NB_TEST_BUNDLE=1 (`make bundle-test`): with
+PyPI reachable, train a tiny run, build the bundle for this machine's Python with that checkpoint in it; then, as on a
+GPU machine without a package index: a fresh venv with only a few of that machine's packages (torch, transformers,
 numpy, pandas, seaborn, pyarrow, pytest), the parts handed to the installer one call at a time (`--no-index`), and a
 smoke step through the batch runner in that venv: 01_train finds the restored checkpoint and skips training.
 """
-import json, os, shutil, subprocess, sys, time
+import json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(not os.environ.get('NPM_NB_TEST_BUNDLE'),
-                                reason='slow (about 10-20 minutes): set NPM_NB_TEST_BUNDLE=1 or run `make bundle-test`')
+slow = pytest.mark.skipif(not os.environ.get('NPM_NB_TEST_BUNDLE'),
+                          reason='slow (about 10-20 minutes): set NPM_NB_TEST_BUNDLE=1 or run `make bundle-test`')
 PY = f'{sys.version_info.major}.{sys.version_info.minor}'
 TRAIN = dict(objectives='npm', corpora='brown', steps=2, batch_size=2, max_len=32, max_blocks=16, warmup=1,
              n_eval_batches=1, log_every=1)  # 01_train parameters of the smoke step (and of the checkpoint trained here)
@@ -25,11 +31,12 @@ def _run(cmd, env=None, **kw):
     return p
 
 
+@slow
 def test_bundle_end_to_end(tmp_path, monkeypatch):
     import torch
     from npm_nb.models import load_tokenizer
     from npm_nb.training import TrainConfig, train, training_blocks, checkpoint_dir
-    from npm_nb.bundle import export_checkpoint, DEVICE_PRESENT
+    from npm_nb.bundle import export_checkpoint, DEVICE_CORE, call_plan
     times = {}
 
     # 1. a finished tiny run of profile `bundletest`, trained here as 01_train would build it
@@ -46,10 +53,10 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
     # 2. the bundle, for this machine's Python (the GPU machine's would be --python 3.12)
     t0 = time.time()
     b = _run([sys.executable, '-m', 'npm_nb.bundle', 'build', '--out', tmp_path/'bundle', '--python', PY,
-              '--platform', 'manylinux_2_28_x86_64', '--checkpoint-files', ckpt])
+              '--platform', 'manylinux_2_28_x86_64', '--checkpoint-files', ckpt, '--present', ','.join(DEVICE_CORE), '--with', 'lm'])
     assert b.returncode == 0, b.stderr
     man = json.loads((tmp_path/'bundle'/'manifest.json').read_text())
-    assert all(p['bytes'] <= 56 * 2**20 for p in man['parts'])
+    assert all(c['fits'] for c in call_plan(tmp_path/'bundle'))
     kinds = {it['kind'] for it in man['items']}
     assert kinds == {'wheel', 'wheel-nodeps', 'data', 'model', 'checkpoint'}, kinds
     names = {it['name'].split('/')[-1].split('-')[0].lower() for it in man['items'] if it['kind'] == 'wheel'}
@@ -64,7 +71,7 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
     assert _run([getattr(sys, '_base_executable', sys.executable), '-m', 'venv', venv]).returncode == 0
     py = venv/'bin'/'python'
     tv = torch.__version__
-    p = _run([py, '-m', 'pip', 'install', '-q', f'torch=={tv}', *[d for d in DEVICE_PRESENT if d != 'torch']])
+    p = _run([py, '-m', 'pip', 'install', '-q', f'torch=={tv}', *[d for d in DEVICE_CORE if d != 'torch']])
     assert p.returncode == 0, p.stderr
     times['venv with the GPU machine\'s packages'] = time.time() - t0
 
@@ -97,5 +104,88 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
     assert [p.name for p in restored.glob('checkpoint-*')] == ['checkpoint-2']  # nothing new was trained
     st = torch.load(restored/'final'/'trainer_state.pt', weights_only=False)
     assert st['restored']['archive'] == ckpt.name and st['step'] == 2
-    assert (tmp_path/'results'/'tables'/'train_retrieval.md').exists()
+    assert list((tmp_path/'results'/'runs'/'bundletest').glob('*/tables/train_retrieval.md'))   # not the committed profile: its run folder
     print('\n'.join(f'{k}: {v:.0f} s' for k, v in times.items()))
+
+
+SIM = dict(objectives='npm', corpora='brown', steps=1500, batch_size=4, max_len=64, max_blocks=80, warmup=20,
+           n_eval_batches=1, log_every=100, save_every=500)   # 01_train: long enough that the first call's budget cuts it
+SIM05 = dict(rows='npm,npm_dense,init,bm25', per_bucket=4, compare_random_slice=False)   # 05: about as long as a call's rest
+
+
+def test_device_calls_simulated(tmp_path):
+    "#27: the README's device sequence, call by call: parts that fit with the tree, installs, budget-cut runs that resume, collect."
+    from npm_nb.bundle import build, call_plan, collect, tree_bytes, CALL_LIMIT_MB, MiB
+    from npm_nb.batch import list_experiments
+    t_all = time.time()
+    # 1. here: the bundle (init models only: wheels need PyPI and data is already on this machine), parts sized from the
+    # tree; MiniLM as it travels, and a tiny random BERT that the simulated run trains and evaluates (fast enough for a test)
+    from npm_nb.models import load_tokenizer, tiny_encoder
+    tok = load_tokenizer('minilm'); tiny = tmp_path/'tiny-bert'
+    tiny_encoder(tok, hidden=32, layers=2).save_pretrained(tiny); tok.save_pretrained(tiny)
+    man = build(tmp_path/'bundle', wheels=False, data=False, models=('minilm', str(tiny)), work=tmp_path/'build')
+    plan = call_plan(tmp_path/'bundle')
+    assert len(plan) >= 2 and all(c['fits'] for c in plan)
+    tree = tree_bytes()
+    for p in man['parts']:   # what one install call carries: the working tree, manifest.json and one part
+        assert tree + (tmp_path/'bundle'/'manifest.json').stat().st_size + p['bytes'] <= CALL_LIMIT_MB * MiB
+    assert man['part_mb'] * MiB + tree <= (CALL_LIMIT_MB - 4) * MiB
+
+    # 2. "there": its own data folder (the processed data linked in, as an installed data item would be) and results
+    dev = tmp_path/'device'; (dev/'data').mkdir(parents=True)
+    for d in ('processed', 'raw'): (dev/'data'/d).symlink_to(ROOT/'data'/d)
+    env = {k: v for k, v in os.environ.items() if k not in ('NPM_NB_DATA', 'NPM_NB_RESULTS')}
+    env.update(NPM_NB_DATA=str(dev/'data'), NPM_NB_RESULTS=str(dev/'results'), HF_HUB_OFFLINE='1', TRANSFORMERS_OFFLINE='1',
+               HF_DATASETS_OFFLINE='1', TOKENIZERS_PARALLELISM='false', PYTHONUNBUFFERED='1',
+               NPM_NB_MIN_STEP_S='5', NPM_NB_TRAIN_MARGIN_S='12')   # the margins of 8-minute calls, scaled to these 45 s ones
+    carried = dev/'bundle'; carried.mkdir()
+    for i, c in enumerate(plan):   # one install call per part: exit 3 until the last part is in
+        for rel in c['carry']: shutil.copy(tmp_path/'bundle'/Path(rel).name, carried)
+        r = _run([sys.executable, '-m', 'npm_nb.bundle', 'install', '--bundle', carried, '--stage', dev/'stage'], env=env)
+        assert r.returncode == (0 if i == len(plan) - 1 else 3), r.stdout + r.stderr
+    assert (dev/'data'/'cache'/'models'/'all-MiniLM-L6-v2'/'config.json').exists()
+    model = dev/'data'/'cache'/'models'/'tiny-bert'   # the restored tiny init: what the run trains from and evaluates
+    assert (model/'config.json').exists()
+
+    # 3. `bundle run` calls with a budget until the run is done; every call returns within the limits
+    prof = tmp_path/'params'; prof.mkdir()
+    (prof/'base.yaml').write_text((ROOT/'params'/'base.yaml').read_text())
+    off = {n: {'enabled': False} for n in list_experiments() if n not in ('01_train', '05_open_set')}
+    # named smoke: numbers meaningless (a random tiny BERT need not learn), one thread (steps of a tiny model on a busy
+    # 2-core machine are many times slower with 2 threads than with 1)
+    (prof/'smoke.yaml').write_text(json.dumps({'params': {'device': 'cpu', 'model': str(model), 'threads': 1}, 'notebooks': {
+        **off, '01_train': {'params': SIM}, '05_open_set': {'params': SIM05}}}))
+    calls, states, outs = 0, [], []
+    while calls < 8:
+        calls += 1; out = tmp_path/f'out{calls}'; outs.append(out)
+        budget = '57' if calls == 1 else '34'   # the first call cuts training; shorter ones then cut 05 (on most machines)
+        r = _run([sys.executable, '-m', 'npm_nb.bundle', 'run', 'smoke', '--budget', budget, '--reserve', '12', '--out', out,
+                  '--checkpoints', '--params-dir', prof], env=env)
+        assert r.returncode in (0, 3), r.stdout + r.stderr
+        files = list(out.iterdir())
+        assert len(files) <= 8 and all(f.stat().st_size <= 16 * MiB for f in files) and sum(f.stat().st_size for f in files) <= 64 * MiB
+        st = json.loads(next((dev/'results'/'runs'/'smoke').glob('*/status.json')).read_text())
+        states.append({n: (s['state'], s.get('cuts', 0)) for n, s in st['steps'].items()})
+        if r.returncode == 0: break
+    print('calls:', states)
+    assert {n: s for n, (s, _) in states[-1].items()} == {'01_train': 'done', '05_open_set': 'done'}, states
+    assert calls >= 2 and any(s == 'interrupted' for st_ in states[:-1] for s, _ in st_.values()), 'no call was cut'
+    # training went on from its checkpoint: one metric line a logged step, none twice
+    steps = [json.loads(l)['step'] for l in (dev/'data'/'cache'/'checkpoints'/'smoke'/'npm'/'metrics.jsonl').read_text().splitlines()]
+    assert steps == list(range(SIM['log_every'], SIM['steps'] + 1, SIM['log_every'])), steps
+
+    # 05's rows: each computed once over its attempts (a cut attempt's finished rows are reused by the next: StepCache)
+    final05 = (dev/'results'/'runs'/'smoke').glob('*/05_open_set.ipynb')
+    used = re.search(r'StepCache\([^:]*: (\d+) parts reused, (\d+) stored this time\)', next(final05).read_text())
+    n_parts = 4 * 4 + 2 * 2   # rows x tasks, and npm / init on the two other question templates
+    assert used and int(used.group(1)) + int(used.group(2)) == n_parts, used
+    print(f"05's final attempt reused {used.group(1)} of {n_parts} parts")
+
+    # 4. here: collect what the calls returned
+    got = collect(*outs, dest=tmp_path/'here')
+    assert not got['incomplete'] and 'ckpt-smoke-npm.tar.xz' in got['done'], got
+    run = next((tmp_path/'here'/'results'/'runs'/'smoke').glob('2*'))
+    assert json.loads((run/'status.json').read_text())['finished'] and (run/'tables'/'05_open_set.md').exists()
+    assert 'Open-set' in (run/'README.md').read_text() and not (run/'.started-here').exists()
+    assert not (tmp_path/'here'/'results'/'tables').exists()   # smoke is not the committed profile
+    print(f'simulated device session: {calls} run calls, {time.time() - t_all:.0f} s in all')
