@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install chromium data reproduce test sync-check smoke clean-data explorer explorer-screenshot bundle bundle-test
+.PHONY: install chromium data model reproduce test sync-check smoke clean-data explorer explorer-screenshot bundle bundle-test
 
 # torch comes first, as the build named by TORCH_VARIANT: `cpu` (default; torch==2.13.0 from plain PyPI is the CUDA 13
 # build, over 3 GB with its CUDA packages), a CUDA build of the PyTorch index (`cu126`, `cu128`, ...), or `pypi`
@@ -61,6 +61,11 @@ data: install
 	$(PY) -m npm_nb.fetch
 	$(PY) -m npm_nb.corpora
 	$(PY) -m npm_nb.tasks
+
+# The fastest way to a trained NPM (profile `quick`: NPM from MiniLM, 300 steps): data/cache/checkpoints/quick/npm/final,
+# which `npm-nb` and the explorer use when the cpu profile's NPM (`make reproduce`) is absent. README: "A trained model".
+model: data
+	$(PY) -m npm_nb.batch quick
 
 # The main job: data, then the experiment batch of the default profile into results/.
 reproduce: data

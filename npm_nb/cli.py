@@ -11,12 +11,13 @@ from .storage import data_dir, LockedError
 # torch, transformers and datasets load inside the commands (npm_nb.datastore, .inference, .explorer): `--help` answers at once
 
 # %% auto #0
-__all__ = ['TRAINED_NPM', 'EXAMPLES', 'COMMANDS', 'default_encoder', 'pick_encoder', 'load_model', 'open_store', 'cmd_build',
-           'cmd_add', 'cmd_remove', 'answer_record', 'format_answers', 'cmd_ask', 'store_info', 'format_info',
-           'cmd_info', 'serve_app', 'cmd_serve', 'parser', 'main', 'module_main']
+__all__ = ['TRAINED_NPM', 'QUICK_NPM', 'EXAMPLES', 'COMMANDS', 'default_encoder', 'pick_encoder', 'load_model', 'open_store',
+           'cmd_build', 'cmd_add', 'cmd_remove', 'answer_record', 'format_answers', 'cmd_ask', 'store_info',
+           'format_info', 'cmd_info', 'serve_app', 'cmd_serve', 'parser', 'main', 'module_main']
 
 # %% ../nbs/15_cli.ipynb #99ca38a0
 TRAINED_NPM = ('cache', 'checkpoints', 'cpu', 'npm', 'final')  # under data/: the cpu profile's NPM (`make reproduce`)
+QUICK_NPM = ('cache', 'checkpoints', 'quick', 'npm', 'final')  # under data/: the quick profile's NPM (`make model`, minutes)
 
 def _say(msg: str): print(f'npm-nb: {msg}', file=sys.stderr, flush=True)
 
@@ -26,11 +27,12 @@ def _minilm_folder() -> str | None:
     except OSError: return None
 
 def default_encoder() -> tuple[str, str | None]:
-    "`(name, note)`: the cpu profile's trained NPM when there is one, else the untrained MiniLM init and a note saying so."
-    p = data_dir(*TRAINED_NPM)
+    "`(name, note)`: the cpu profile's trained NPM, else the quick one (`make model`), else the untrained MiniLM init and a note saying so."
+    p, q = data_dir(*TRAINED_NPM), data_dir(*QUICK_NPM)
     if (p/'config.json').exists(): return str(p), None
+    if (q/'config.json').exists(): return str(q), "the encoder is the quick NPM (300 steps, `make model`); `make reproduce` trains a better one"
     return 'minilm', (f"no trained NPM checkpoint at {p}, so the encoder is the untrained MiniLM init: expect poor "
-                      "answers. Make one with `make reproduce` (step 01_train), or pass --model FOLDER.")
+                      "answers. Make one in minutes with `make model` (or `make reproduce`), or pass --model FOLDER.")
 
 def pick_encoder(model: str | None = None, # --model: an alias or a folder
                  manifest: dict | None = None, # the manifest of an existing store
@@ -41,7 +43,7 @@ def pick_encoder(model: str | None = None, # --model: an alias or a folder
     elif recorded and (Path(recorded)/'config.json').exists(): name = recorded
     else: return default_encoder()
     init = name == 'minilm' or Path(name).is_dir() and str(Path(name).resolve()) == _minilm_folder()
-    return name, ("the encoder is the untrained MiniLM init: expect poor answers (a trained NPM: `make reproduce`)" if init else None)
+    return name, ("the encoder is the untrained MiniLM init: expect poor answers (a trained NPM in minutes: `make model`)" if init else None)
 
 # %% ../nbs/15_cli.ipynb #7f2c2896
 def load_model(name: str, device: str | None = None):
