@@ -13,13 +13,14 @@ from .storage import (project_root, results_dir, data_dir, atomic_path, atomic_w
                             read_json, hold_lock, LockedError)
 
 # %% auto #0
-__all__ = ['FREE_TEXT', 'PACKAGES', 'LOCAL_MARK', 'OUTPUT_KINDS', 'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S',
-           'BatchError', 'read_yaml', 'deep_merge', 'params_dir', 'list_profiles', 'find_profile', 'load_profile',
-           'parse_value', 'apply_overrides', 'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir',
-           'list_experiments', 'notebook_path', 'notebook_parameters', 'make_demo_notebook', 'value_matches', 'plan',
-           'new_run_id', 'env_info', 'step_key', 'run_step', 'to_jsonable', 'from_jsonable', 'StepCache',
-           'markdown_table', 'beside_paper', 'write_table', 'save_figure', 'latest_run', 'write_results_readme',
-           'publishes', 'summary_table', 'step_cache_dir', 'run_batch', 'describe', 'main']
+__all__ = ['FREE_TEXT', 'PACKAGES', 'PAGE_LIMIT', 'KEY_FIGURE', 'LOCAL_MARK', 'OUTPUT_KINDS', 'COMMITTED_PROFILE',
+           'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml', 'deep_merge', 'params_dir', 'list_profiles',
+           'find_profile', 'load_profile', 'parse_value', 'apply_overrides', 'parameter_rule', 'implied_rule',
+           'rule_violation', 'experiments_dir', 'list_experiments', 'notebook_path', 'notebook_parameters',
+           'make_demo_notebook', 'value_matches', 'plan', 'new_run_id', 'env_info', 'step_key', 'run_step',
+           'to_jsonable', 'from_jsonable', 'StepCache', 'markdown_table', 'beside_paper', 'write_table', 'table_page',
+           'save_figure', 'latest_run', 'first_sentence', 'write_results_readme', 'publishes', 'summary_table',
+           'step_cache_dir', 'run_batch', 'describe', 'main']
 
 # %% ../nbs/13_batch.ipynb #3542fcce
 class BatchError(Exception):
@@ -635,8 +636,27 @@ def write_table(name: str, # file stem, prefixed by the experiment's number: `04
     md = table if isinstance(table, str) else markdown_table(table)
     if not isinstance(table, str):
         with atomic_path(folder/f'{name}.csv') as tmp: table.to_csv(tmp)
-    atomic_write_json(folder/f'{name}.meta.json', _meta(title, profile, paper_ref, scale, reading))
-    return atomic_write_text(folder/f'{name}.md', md)
+    meta = _meta(title, profile, paper_ref, scale, reading)
+    atomic_write_json(folder/f'{name}.meta.json', meta)
+    return atomic_write_text(folder/f'{name}.md', table_page(md, meta))
+
+def _scale_text(scale) -> str:
+    if not scale: return ''
+    if isinstance(scale, dict):
+        return '; '.join(f'{k}: {f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else _fmt(v)}' for k, v in scale.items())
+    return str(scale)
+
+def table_page(md: str, # the table as markdown
+               meta: dict, # its `.meta.json`: title, profile, paper_ref, scale, reading
+              ) -> str:
+    "The text of `tables/<name>.md`: the title, where the paper's numbers are, the scale, the table, then the reading."
+    L = [f"# {meta.get('title', 'Table')}", '']
+    bits = [f"profile `{meta['profile']}`" if meta.get('profile') else None, f"paper: {meta['paper_ref']}" if meta.get('paper_ref') else None,
+            f"scale: {_scale_text(meta['scale'])}" if meta.get('scale') else None]
+    if any(bits): L += ['*' + '; '.join(b for b in bits if b) + '*', '']
+    L += [md.rstrip(), '']
+    if meta.get('reading'): L += [f"**Reading.** {meta['reading']}", '']
+    return '\n'.join(L)
 
 def save_figure(fig, # a matplotlib figure
                 name: str, title: str, profile: str | None = None, caption: str | None = None,
@@ -661,12 +681,6 @@ def _latest_page(profile_dir: Path) -> Path | None:
     runs = sorted(p for p in profile_dir.glob('*') if (p/'README.md').exists() and (p/'status.json').exists())
     return runs[-1] if runs else None
 
-def _scale_text(scale) -> str:
-    if not scale: return ''
-    if isinstance(scale, dict):
-        return '; '.join(f'{k}: {f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else _fmt(v)}' for k, v in scale.items())
-    return str(scale)
-
 def _read_metas(folder: Path, suffix: str) -> list[tuple[str, dict]]:
     out = []
     for f in sorted(folder.glob(f'*{suffix}')):
@@ -675,12 +689,29 @@ def _read_metas(folder: Path, suffix: str) -> list[tuple[str, dict]]:
         out.append((name, json.loads(m.read_text()) if m.exists() else {'title': name}))
     return out
 
+PAGE_LIMIT = 30_000  # bytes: the committed results page stays under this (tests/test_batch.py)
+KEY_FIGURE = '14_systems_open_set'  # shown on the page itself; every other figure is a link
+
+def first_sentence(text: str, limit: int = 180) -> str:
+    "The first sentence of `text` (markdown kept), cut at `limit` characters with an ellipsis."
+    text = ' '.join(str(text).split())
+    m = re.search(r'(?<=[.!?])\s+(?=[A-Z(*`])', text)
+    s = text[:m.start()] if m else text
+    return s if len(s) <= limit else s[:limit].rsplit(' ', 1)[0].rstrip(',;:') + ' …'
+
+def _group(name: str, meta: dict | None = None) -> str:
+    "The experiment that wrote a table: the step its meta names, else its name's number (`04_closed_set_metrics` → `04_closed_set`)."
+    if (meta or {}).get('step') in list_experiments(): return meta['step']
+    num = name.split('_', 1)[0]
+    hits = [e for e in list_experiments() if e.split('_', 1)[0] == num] if re.fullmatch(r'\d+[a-z]?', num) else []
+    return hits[0] if hits else 'other'
+
 def write_results_readme(profile: str | None = None, # the profile whose run heads the page (default: the latest run's)
                          run_dir=None, # or the run folder itself
                          path=None, # default `<root>/README.md`
                          root=None, # the folder of `tables/`, `figures/`, `benchmarks/`: `results/` (default) or a run folder
                         ) -> Path:
-    "Generate `results/README.md` (or a run folder's) from `tables/*.md`, `figures/*.png` and their `.meta.json`."
+    "Generate `results/README.md` (or a run folder's) from `tables/*.md`, `figures/*.png`, their `.meta.json` and `findings.md`."
     res = Path(root) if root else results_dir()
     if run_dir is None and profile: run_dir = latest_run(profile)
     if run_dir is None:
@@ -691,7 +722,8 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
     this_run = f"{status.get('profile')}/{status.get('run_id')}" if status else None
     tables, figures = _read_metas(res/'tables', '.md'), _read_metas(res/'figures', '.png')
     commit = env.get('git_commit')
-    L = ['# Results', '', '*Generated by `python -m npm_nb.batch` (`npm_nb.batch.write_results_readme`); do not edit by hand.*', '']
+    L = ['# Results', '', '*Generated by `python -m npm_nb.batch` (`npm_nb.batch.write_results_readme`); do not edit by hand '
+         '(the findings come from `findings.md`).*', '']
     if status:
         L += [f"- **Profile**: `{status['profile']}`; **run**: `{status['run_id']}` (started {status.get('started', '?')}, "
               f"`results/runs/{status['profile']}/{status['run_id']}/`)",
@@ -700,32 +732,28 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
         dev = env.get('device', {})
         if dev: L.append(f"- **Device**: {dev.get('gpu') or 'CPU'} ({dev.get('cpu_count')} cores visible)")
     else: L.append('- No batch run found: the tables below were written outside the runner.')
-    L += ['- **Scale**: each table and figure states its own (encoder, training steps, corpus tokens, examples) on its line below.', '',
+    L += ['- **Scale**: each table states its own (encoder, training steps, corpus tokens, examples) on its page.', '',
           'The paper (Min et al. 2023) trains RoBERTa-large-sized NPM for 100k steps on Wikipedia + CC-News; the numbers '
-          'here come from a far smaller encoder, corpus and budget (each table\'s scale line). Read differences with that in mind.', '']
+          'here come from a far smaller encoder, corpus and budget. Read differences with that in mind.', '']
+    if (res/'findings.md').exists(): L += [(res/'findings.md').read_text().strip(), '']
+    key = [(n, m) for n, m in figures if n == KEY_FIGURE]
+    for n, m in key: L += [f"![{m.get('title', n)}](figures/{n}.png)", '', f"*{m.get('caption', m.get('title', n))}*", '']
+    def flags(m):
+        f = [f"partial: step {m.get('step')} {m['step_state']}" if m.get('step_state') not in (None, 'done') else None,
+             f"run {m['run']}" if this_run and m.get('run') and m['run'] != this_run else None]
+        return ' *(' + '; '.join(x for x in f if x) + ')*' if any(f) else ''
     if tables:
-        first = [(n, m) for n, m in tables if n.startswith('14_systems')]
-        L += ['## Contents', '']
-        if first: L += ['Start with the systems side by side: ' + '; '.join(f"[{m.get('title', n)}](tables/{n}.md)" for n, m in first) + '.', '']
-        L += [f"- [{m.get('title', n)}](tables/{n}.md)" for n, m in tables] + ['']
-    def origin(m):
-        bits = [f"**partial: written by step {m.get('step')} before it {m['step_state']}**"
-                if m.get('step_state') not in (None, 'done') else None,
-                f"Profile `{m['profile']}`" if m.get('profile') else None,
-                f"run `{m['run']}`" + (' (not this run)' if this_run and m['run'] != this_run else '') if m.get('run') else None,
-                f"paper: {m['paper_ref']}" if m.get('paper_ref') else None,
-                f"scale: {_scale_text(m.get('scale'))}" if m.get('scale') else None]
-        return '*' + '; '.join(b for b in bits if b) + '*' if any(bits) else ''
-    if tables: L += ['## Tables', '']
-    for name, m in tables:
-        L += [f"### {m.get('title', name)}", '', f'`tables/{name}.md`. ' + origin(m), '', (res/'tables'/f'{name}.md').read_text().rstrip(), '']
-        if m.get('reading'): L += [f"**Reading.** {m['reading']}", '']
-    if figures: L += ['## Figures', '']
-    for name, m in figures:
-        L += [f"### {m.get('title', name)}", '', f'![{m.get("title", name)}](figures/{name}.png)', '']
-        if m.get('caption'): L += [m['caption'], '']
-        L += [origin(m), '']
-        if m.get('reading'): L += [f"**Reading.** {m['reading']}", '']
+        L += ['## Tables', '', 'One line a table: its page has the table, the paper\'s numbers beside ours where the paper has '
+              'them, the scale and the full reading. Start with the systems side by side (`14_systems`).', '']
+        groups = {}
+        for n, m in tables: groups.setdefault(_group(n, m), []).append((n, m))
+        for g in sorted(groups, key=lambda g: (g != '14_systems', g)):
+            L += [f"**{g}**" + (f" ([notebook](../nbs/experiments/{g}.ipynb))" if g != 'other' else ''), '']
+            L += [f"- [{m.get('title', n)}](tables/{n}.md)" + (f": {first_sentence(m['reading'])}" if m.get('reading') else '')
+                  + flags(m) for n, m in groups[g]] + ['']
+    if figures:
+        L += ['## Figures', '']
+        L += [f"- [{m.get('title', n)}](figures/{n}.png)" + flags(m) for n, m in figures] + ['']
     benches = sorted((res/'benchmarks').glob('*.md'))
     if benches:
         L += ['## Benchmarks', '']
@@ -733,10 +761,6 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
             head = next((l.lstrip('# ').strip() for l in b.read_text().splitlines() if l.strip()), b.stem)
             L.append(f'- [{head}](benchmarks/{b.name})')
         L.append('')
-    readings = [(m.get('title', n), m['reading']) for n, m in tables + figures if m.get('reading')]
-    if readings:
-        L += ["## Where the paper's claims hold here, and where they do not", '']
-        L += [f'- **{t}**: {r}' for t, r in readings] + ['']
     if not tables and not figures and not benches: L += ['No tables or figures yet.', '']
     others = [r for p in sorted(results_dir('runs').glob('*')) if p.name != status.get('profile')
               for r in [_latest_page(p)] if r] if res.resolve() == results_dir().resolve() else []
@@ -744,6 +768,7 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
         L += ['## Other profiles', '', 'Runs of the other profiles keep their tables, figures and page in their run folder:', '']
         L += [f"- `{r.parent.name}`: [run {r.name}](runs/{r.parent.name}/{r.name}/README.md)" for r in others] + ['']
     return atomic_write_text(path or res/'README.md', '\n'.join(L).rstrip() + '\n')
+
 
 # %% ../nbs/13_batch.ipynb #96a7e794
 def _save_status(run_dir, status): atomic_write_json(Path(run_dir)/'status.json', status)

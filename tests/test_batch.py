@@ -264,3 +264,16 @@ def test_step_cache_makes_progress_across_cut_calls(ws, monkeypatch):
     run = Path(st['run_dir'])
     assert (ws['res'].parent/'data'/'cache'/'steps'/'long').is_dir()
     assert not (ws['res'].parent/'data'/'cache'/'steps'/'long'/run.name).exists()  # removed when the run finished
+
+
+def test_committed_results_page_is_short_and_says_each_thing_once():
+    "results/README.md: under PAGE_LIMIT, one line a table (no table body, no reading printed twice)."
+    from npm_nb.batch import PAGE_LIMIT
+    page = (ROOT/'results'/'README.md').read_text()
+    assert len(page.encode()) <= PAGE_LIMIT, f'results/README.md is {len(page.encode()):,} bytes (limit {PAGE_LIMIT:,})'
+    assert '|---' not in page  # tables live on their own pages
+    lines = [l for l in page.splitlines() if l.startswith('- [')]
+    assert len(lines) == len(set(lines)) and not any(page.count(l) > 1 for l in lines)
+    for l in lines:  # every link resolves
+        target = l.split('](', 1)[1].split(')', 1)[0]
+        assert (ROOT/'results'/target).exists(), target
