@@ -80,12 +80,15 @@ def start_token_id(tok, # a tokenizer
 
 # %% ../nbs/11b_lm.ipynb #7efe7481
 def tiny_causal_lm(tok, # the tokenizer whose vocabulary the LM embeds
-                   hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0):
+                   hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0,
+                   init_std: float = 0.02, # weight init spread; 0.5 gives peaked, context-dependent next-token distributions
+                  ):
     "A small random-init Llama causal LM for `tok`, for fast tests."
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                       num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=512,
-                      tie_word_embeddings=True, pad_token_id=tok.pad_token_id)
+                      tie_word_embeddings=True, pad_token_id=tok.pad_token_id,
+                      initializer_range=init_std)
     return AutoModelForCausalLM.from_config(cfg).eval()
 
 # %% ../nbs/11b_lm.ipynb #488a27cf
