@@ -49,27 +49,27 @@ chromium:
 
 # The NPM explorer on http://127.0.0.1:8765 (trained cpu NPM when it exists, else the MiniLM init, with a note).
 explorer: data
-	$(PY) -m npm_nb.explorer --profile $(PROFILE)
+	$(PY) -m npm_nb.run.explorer --profile $(PROFILE)
 
 # Regenerate the README's screenshot of the explorer answering a real query (headless Chromium).
 EXPLORER_QUERY ?= The capital of Greece is [MASK].
 explorer-screenshot: data
-	$(PY) -m npm_nb.explorer --profile $(PROFILE) --screenshot nbs/images/explorer.png --query "$(EXPLORER_QUERY)"
+	$(PY) -m npm_nb.run.explorer --profile $(PROFILE) --screenshot nbs/images/explorer.png --query "$(EXPLORER_QUERY)"
 
 # Fetch every raw source (sha256-checked) and build the corpora and tasks under data/processed/.
 data: install
-	$(PY) -m npm_nb.fetch
-	$(PY) -m npm_nb.corpora
-	$(PY) -m npm_nb.tasks
+	$(PY) -m npm_nb.data.fetch
+	$(PY) -m npm_nb.data.corpora
+	$(PY) -m npm_nb.data.tasks
 
 # The fastest way to a trained NPM (profile `quick`: NPM from MiniLM, 300 steps): data/cache/checkpoints/quick/npm/final,
 # which `npm-nb` and the explorer use when the cpu profile's NPM (`make reproduce`) is absent. README: "A trained model".
 model: data
-	$(PY) -m npm_nb.batch quick
+	$(PY) -m npm_nb.run.batch quick
 
 # The main job: data, then the experiment batch of the default profile into results/.
 reproduce: data
-	$(PY) -m npm_nb.batch params/$(PROFILE).yaml
+	$(PY) -m npm_nb.run.batch params/$(PROFILE).yaml
 
 # Notebooks and package must agree: cleaning and exporting may not change anything.
 sync-check: install
@@ -83,10 +83,10 @@ sync-check: install
 test: data sync-check
 	$(BIN)/pytest -q tests
 
-# An offline bundle for GPU machines without a package index (npm_nb.bundle; README "Offline GPU machines"): wheels for
+# An offline bundle for GPU machines without a package index (npm_nb.run.bundle; README "Offline GPU machines"): wheels for
 # BUNDLE_PYTHON / BUNDLE_PLATFORM that such a machine lacks (resolved against its torch 2.11 / transformers 5.17 / numpy
 # 2.5, which it keeps), the processed data and the init model as fp16, in parts under dist/bundle/ sized so that each
-# fits one 64 MiB device call beside the working tree (BUNDLE_PART_MB=auto; `python -m npm_nb.bundle calls` re-checks),
+# fits one 64 MiB device call beside the working tree (BUNDLE_PART_MB=auto; `python -m npm_nb.run.bundle calls` re-checks),
 # with a manifest of sha256 sums. BUNDLE_ARGS adds options, e.g. `--checkpoints h100` (trained checkpoints), `--with lm`
 # (REPLUG's LM), `--with spacy` (REALM's NER) or `--model mpnet`.
 BUNDLE_PYTHON ?= 3.12
@@ -94,8 +94,8 @@ BUNDLE_PLATFORM ?= manylinux_2_28_x86_64
 BUNDLE_PART_MB ?= auto
 BUNDLE_ARGS ?=
 bundle: install
-	$(PY) -m npm_nb.bundle build --python $(BUNDLE_PYTHON) --platform $(BUNDLE_PLATFORM) --part-mb $(BUNDLE_PART_MB) $(BUNDLE_ARGS)
-	$(PY) -m npm_nb.bundle calls
+	$(PY) -m npm_nb.run.bundle build --python $(BUNDLE_PYTHON) --platform $(BUNDLE_PLATFORM) --part-mb $(BUNDLE_PART_MB) $(BUNDLE_ARGS)
+	$(PY) -m npm_nb.run.bundle calls
 
 # The device calls simulated here (tests/test_bundle.py, about 3 minutes): parts one per call, a budget that cuts steps,
 # resume, collect. NPM_NB_TEST_BUNDLE=1 adds the slow end-to-end test (a fresh venv, wheels from PyPI, 10-20 minutes).

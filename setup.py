@@ -39,6 +39,6 @@ setuptools.setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     zip_safe=False,
-    entry_points={'console_scripts': cfg.get('console_scripts', '').split(),  # npm-nb=npm_nb.cli:main
+    entry_points={'console_scripts': cfg.get('console_scripts', '').split(),  # npm-nb=npm_nb.run.cli:main
                   'nbdev': [f'{cfg["lib_path"]}={cfg["lib_path"]}._modidx:d']},
     **setup_cfg)

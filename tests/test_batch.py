@@ -1,10 +1,10 @@
-"The batch runner (npm_nb.batch) on tiny demo experiments in a temp folder, plus the real smoke profile end to end."
+"The batch runner (npm_nb.run.batch) on tiny demo experiments in a temp folder, plus the real smoke profile end to end."
 import json, os
 from pathlib import Path
 import pytest, yaml
-from npm_nb.batch import (BatchError, main, run_batch, load_profile, apply_overrides, plan, list_profiles,
+from npm_nb.run.batch import (BatchError, main, run_batch, load_profile, apply_overrides, plan, list_profiles,
                           make_demo_notebook, write_results_readme)
-from npm_nb.storage import project_root
+from npm_nb.core import project_root
 
 ROOT = project_root()
 P = "profile: str = 'smoke'  # profile\n"
@@ -15,7 +15,7 @@ def ws(tmp_path, monkeypatch):
     monkeypatch.setenv('NPM_NB_RESULTS', str(tmp_path/'results'))
     ex, pa = tmp_path/'experiments', tmp_path/'params'
     make_demo_notebook(ex/'01_a.ipynb', P + "n: int = 5  # steps\nlr: float = 0.1  # rate\n",
-                       "import pandas as pd\nfrom npm_nb.batch import write_table\n"
+                       "import pandas as pd\nfrom npm_nb.run.batch import write_table\n"
                        "write_table('01_a', pd.DataFrame({'acc': [n * lr]}, index=pd.Index(['NPM'], name='model')),"
                        " title='Demo table', profile=profile, paper_ref='Table 1', scale={'training steps': n}, reading='Holds.')")
     make_demo_notebook(ex/'02_b.ipynb', P + "device: str = 'auto'  # device\n", "assert device == 'cpu', device")
@@ -128,7 +128,7 @@ def test_unknown_profile_and_notebook(ws, capsys):
     assert "has no notebook '09_x'" in capsys.readouterr().err
 
 def test_results_readme_is_deterministic(ws):
-    from npm_nb.batch import write_table, beside_paper
+    from npm_nb.run.batch import write_table, beside_paper
     import pandas as pd
     ours = pd.DataFrame({'acc': [0.5]}, index=pd.Index(['NPM'], name='model'))
     write_table('05_demo', beside_paper(ours, {'NPM': {'acc': 87.2}}), title='T', profile='tiny', reading='R.')
@@ -224,7 +224,7 @@ def test_log_output_streams_the_notebook(ws, capfd):
 def test_budget_stop_anywhere_is_clean(ws, capsys, monkeypatch):
     "#28: a time budget that rings before the notebook runs (kernel start, imports) is a clean budget stop: exit 3, no traceback."
     import time
-    from npm_nb import batch
+    from npm_nb.run import batch
     monkeypatch.setattr(batch, 'MIN_STEP_S', 0.0)
     real = batch._archive
     def slow_archive(p): time.sleep(3); real(p)   # the step's preamble outlasts the 1 s budget
@@ -241,12 +241,12 @@ def test_budget_stop_anywhere_is_clean(ws, capsys, monkeypatch):
 
 def test_step_cache_makes_progress_across_cut_calls(ws, monkeypatch):
     "A step longer than one call keeps its finished parts (StepCache): each call adds parts, none is computed twice."
-    from npm_nb import batch
+    from npm_nb.run import batch
     monkeypatch.setattr(batch, 'MIN_STEP_S', 0.0); monkeypatch.setattr(batch, 'TRAIN_MARGIN_S', 0.0)
     monkeypatch.setenv('NPM_NB_DATA', str(ws['res'].parent/'data'))
     log = ws['res'].parent/'computed.txt'
     make_demo_notebook(ws['ex']/'05_long.ipynb', P + "parts: int = 5  # parts\n",
-                       "import time, os\nfrom npm_nb.batch import StepCache\ncache = StepCache()\n"
+                       "import time, os\nfrom npm_nb.run.batch import StepCache\ncache = StepCache()\n"
                        f"def part(i):\n    time.sleep(1.5)\n    open({str(log)!r}, 'a').write(f'{{i}}\\n')\n    return {{'i': i, 'sq': i * i}}\n"
                        "res = [cache(('part', i), lambda i=i: part(i)) for i in range(parts)]\n"
                        "assert [r['sq'] for r in res] == [i * i for i in range(parts)]\nprint(cache)")
@@ -268,7 +268,7 @@ def test_step_cache_makes_progress_across_cut_calls(ws, monkeypatch):
 
 def test_committed_results_page_is_short_and_says_each_thing_once():
     "results/README.md: under PAGE_LIMIT, one line a table (no table body, no reading printed twice)."
-    from npm_nb.batch import PAGE_LIMIT
+    from npm_nb.run.batch import PAGE_LIMIT
     page = (ROOT/'results'/'README.md').read_text()
     assert len(page.encode()) <= PAGE_LIMIT, f'results/README.md is {len(page.encode()):,} bytes (limit {PAGE_LIMIT:,})'
     assert '|---' not in page  # tables live on their own pages

@@ -1,4 +1,4 @@
-"""The offline bundle (npm_nb.bundle).
+"""The offline bundle (npm_nb.run.bundle).
 
 `test_device_calls_simulated` (about 3 minutes, always runs): the README's device sequence here, one process per call as
 the device tool runs them: parts sized from the working tree (each fits one 64 MiB call with it), handed to the installer
@@ -35,8 +35,8 @@ def _run(cmd, env=None, **kw):
 def test_bundle_end_to_end(tmp_path, monkeypatch):
     import torch
     from npm_nb.models import load_tokenizer
-    from npm_nb.training import TrainConfig, train, training_blocks, checkpoint_dir
-    from npm_nb.bundle import export_checkpoint, DEVICE_CORE, call_plan
+    from npm_nb.npm.training import TrainConfig, train, training_blocks, checkpoint_dir
+    from npm_nb.run.bundle import export_checkpoint, DEVICE_CORE, call_plan
     times = {}
 
     # 1. a finished tiny run of profile `bundletest`, trained here as 01_train would build it
@@ -52,7 +52,7 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
 
     # 2. the bundle, for this machine's Python (the GPU machine's would be --python 3.12)
     t0 = time.time()
-    b = _run([sys.executable, '-m', 'npm_nb.bundle', 'build', '--out', tmp_path/'bundle', '--python', PY,
+    b = _run([sys.executable, '-m', 'npm_nb.run.bundle', 'build', '--out', tmp_path/'bundle', '--python', PY,
               '--platform', 'manylinux_2_28_x86_64', '--checkpoint-files', ckpt, '--present', ','.join(DEVICE_CORE), '--with', 'lm'])
     assert b.returncode == 0, b.stderr
     man = json.loads((tmp_path/'bundle'/'manifest.json').read_text())
@@ -84,9 +84,9 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
     shutil.copy(tmp_path/'bundle'/'manifest.json', there)
     for i, part in enumerate(man['parts']):
         shutil.copy(tmp_path/'bundle'/part['name'], there)
-        r = _run([py, '-m', 'npm_nb.bundle', 'install', '--bundle', there], env=env)
+        r = _run([py, '-m', 'npm_nb.run.bundle', 'install', '--bundle', there], env=env)
         assert r.returncode == (0 if i == len(man['parts']) - 1 else 3), r.stderr
-    again = _run([py, '-m', 'npm_nb.bundle', 'install', '--bundle', there], env=env)  # idempotent
+    again = _run([py, '-m', 'npm_nb.run.bundle', 'install', '--bundle', there], env=env)  # idempotent
     assert again.returncode == 0 and 'complete' in again.stdout
     times['install from the parts'] = time.time() - t0
     assert (tmp_path/'data'/'processed'/'corpora'/'brown'/'build.json').exists()
@@ -98,7 +98,7 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
     t0 = time.time()
     prof = tmp_path/'params'; prof.mkdir()
     (prof/'bundletest.yaml').write_text(json.dumps({'params': {'device': 'cpu'}, 'notebooks': {'01_train': {'params': TRAIN}}}))
-    r = _run([py, '-m', 'npm_nb.batch', 'bundletest', '--params-dir', prof, '--time-budget', '900'], env=env)
+    r = _run([py, '-m', 'npm_nb.run.batch', 'bundletest', '--params-dir', prof, '--time-budget', '900'], env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     times['smoke step (01_train, training skipped)'] = time.time() - t0
     assert [p.name for p in restored.glob('checkpoint-*')] == ['checkpoint-2']  # nothing new was trained
@@ -115,8 +115,8 @@ SIM05 = dict(rows='npm,npm_dense,init,bm25', per_bucket=4, compare_random_slice=
 
 def test_device_calls_simulated(tmp_path):
     "#27: the README's device sequence, call by call: parts that fit with the tree, installs, budget-cut runs that resume, collect."
-    from npm_nb.bundle import build, call_plan, collect, tree_bytes, CALL_LIMIT_MB, MiB
-    from npm_nb.batch import list_experiments
+    from npm_nb.run.bundle import build, call_plan, collect, tree_bytes, CALL_LIMIT_MB, MiB
+    from npm_nb.run.batch import list_experiments
     t_all = time.time()
     # 1. here: the bundle (init models only: wheels need PyPI and data is already on this machine), parts sized from the
     # tree; MiniLM as it travels, and a tiny random BERT that the simulated run trains and evaluates (fast enough for a test)
@@ -141,7 +141,7 @@ def test_device_calls_simulated(tmp_path):
     carried = dev/'bundle'; carried.mkdir()
     for i, c in enumerate(plan):   # one install call per part: exit 3 until the last part is in
         for rel in c['carry']: shutil.copy(tmp_path/'bundle'/Path(rel).name, carried)
-        r = _run([sys.executable, '-m', 'npm_nb.bundle', 'install', '--bundle', carried, '--stage', dev/'stage'], env=env)
+        r = _run([sys.executable, '-m', 'npm_nb.run.bundle', 'install', '--bundle', carried, '--stage', dev/'stage'], env=env)
         assert r.returncode == (0 if i == len(plan) - 1 else 3), r.stdout + r.stderr
     assert (dev/'data'/'cache'/'models'/'all-MiniLM-L6-v2'/'config.json').exists()
     model = dev/'data'/'cache'/'models'/'tiny-bert'   # the restored tiny init: what the run trains from and evaluates
@@ -159,7 +159,7 @@ def test_device_calls_simulated(tmp_path):
     while calls < 8:
         calls += 1; out = tmp_path/f'out{calls}'; outs.append(out)
         budget = '57' if calls == 1 else '34'   # the first call cuts training; shorter ones then cut 05 (on most machines)
-        r = _run([sys.executable, '-m', 'npm_nb.bundle', 'run', 'smoke', '--budget', budget, '--reserve', '12', '--out', out,
+        r = _run([sys.executable, '-m', 'npm_nb.run.bundle', 'run', 'smoke', '--budget', budget, '--reserve', '12', '--out', out,
                   '--checkpoints', '--params-dir', prof], env=env)
         assert r.returncode in (0, 3), r.stdout + r.stderr
         files = list(out.iterdir())

@@ -108,7 +108,7 @@ def test_help_everywhere(cli):
     for cmd in ['build', 'add', 'remove', 'ask', 'serve', 'info']:
         r = cli.run(cmd, '--help'); assert r.stdout.startswith(f'usage: npm-nb {cmd}') and '\nexample:\n  npm-nb ' in r.stdout
     assert cli.run('--help', module='npm_nb').stdout.startswith('usage: python -m npm_nb')
-    for mod in ['npm_nb.datastore', 'npm_nb.inference']:  # the library modules name the command line
+    for mod in ['npm_nb.npm.datastore', 'npm_nb.npm.inference', 'npm_nb.datastore', 'npm_nb.inference']:  # new and old names
         r = cli.run('--help', module=mod); assert 'npm-nb build' in r.stdout and 'npm-nb ask' in r.stdout
     assert cli.run(ok=False).returncode == 2  # no command: usage on stderr
 

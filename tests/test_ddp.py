@@ -1,4 +1,4 @@
-"""DDP check for npm_nb.training: two gloo processes on the CPU give the loss and gradients of one process on the
+"""DDP check for npm_nb.npm.training: two gloo processes on the CPU give the loss and gradients of one process on the
 concatenated batch, also when one rank has nothing to mask (audit D3: it used to hang), and the training loop runs end to
 end under two ranks, with its metric reductions on the training device (audit D2).
 
@@ -32,14 +32,14 @@ SHARDS = [[0, 1, 2], [3, 4]]  # rank 0 has three sequences, rank 1 two: the gath
 def _setup():
     import transformers; transformers.logging.set_verbosity_error()
     from npm_nb.models import load_tokenizer
-    from npm_nb.blocks import build_blocks
+    from npm_nb.data.blocks import build_blocks
     torch.set_num_threads(1)
     tok = load_tokenizer('minilm')
     return tok, build_blocks({'text': TEXTS}, tok, max_len=32, source='toy', progress=False)
 
 
 def _batches(objective, tok, blocks):
-    from npm_nb.training import TrainConfig, prepare_batch
+    from npm_nb.npm.training import TrainConfig, prepare_batch
     cfg = TrainConfig(objective=objective)
     return [prepare_batch([blocks[i] for i in idx], tok, cfg, seed=r + 1) for r, idx in enumerate(SHARDS)]
 
@@ -63,7 +63,7 @@ def _ddp_step(rank, world, port, objective, out):
     _init(rank, world, port)
     try:
         from npm_nb.models import tiny_encoder
-        from npm_nb.training import TwoViews, batch_loss
+        from npm_nb.npm.training import TwoViews, batch_loss
         tok, blocks = _setup()
         net = torch.nn.parallel.DistributedDataParallel(TwoViews(tiny_encoder(tok)))  # eval mode: no dropout
         loss, _ = batch_loss(net, _batches(objective, tok, blocks)[rank], objective)
@@ -76,8 +76,8 @@ def _ddp_step(rank, world, port, objective, out):
 def _reference(objective, active=(0, 1)):
     "One process, the concatenated batch, mean over the ranks' per-rank losses (a rank not `active` contributes 0)."
     from npm_nb.models import tiny_encoder
-    from npm_nb.training import unmasked_inputs
-    from npm_nb.losses import start_end_loss, single_loss
+    from npm_nb.npm.training import unmasked_inputs
+    from npm_nb.npm.losses import start_end_loss, single_loss
     tok, blocks = _setup()
     enc = tiny_encoder(tok)
     for p in enc.pooler.parameters(): p.requires_grad_(False)
@@ -120,7 +120,7 @@ def _ddp_train(rank, world, port, out):
     _init(rank, world, port)
     try:
         from npm_nb.models import tiny_encoder
-        from npm_nb.training import TrainConfig, train
+        from npm_nb.npm.training import TrainConfig, train
         tok, blocks = _setup()
         cfg = TrainConfig(objective='npm', model='tiny', corpora=('toy',), batch_size=2, steps=3, warmup=1, lr=1e-3,
                           heldout=0.0, log_every=1, save_every=2, grad_accum=2, out_dir=out)
@@ -143,7 +143,7 @@ def _ddp_step_nothing_to_mask(rank, world, port, objective, out):
     _init(rank, world, port)
     try:
         from npm_nb.models import tiny_encoder
-        from npm_nb.training import TwoViews, batch_loss, unmasked_inputs
+        from npm_nb.npm.training import TwoViews, batch_loss, unmasked_inputs
         tok, blocks = _setup()
         net = torch.nn.parallel.DistributedDataParallel(TwoViews(tiny_encoder(tok)))
         b = _batches(objective, tok, blocks)[rank] if rank == 0 else None
@@ -173,7 +173,7 @@ def _ddp_train_rank1_masks_nothing(rank, world, port, out):
     "The training loop where rank 1 never has anything to mask; every all_reduce's tensor is checked for its device."
     _init(rank, world, port)
     try:
-        import npm_nb.training as T
+        import npm_nb.npm.training as T
         from npm_nb.models import tiny_encoder
         tok, blocks = _setup()
         if rank == 1: T.prepare_batch = lambda *a, **k: None  # as if every batch of this rank had nothing to mask

@@ -21,8 +21,9 @@ def test_faiss_is_an_extra():
 def test_training_and_search_run_without_faiss():
     "With `import faiss` failing, everything but the FAISS indexes imports; using one says which extra to install."
     code = ("import sys; sys.modules['faiss'] = None\n"
-            "import npm_nb.training, npm_nb.datastore, npm_nb.inference, npm_nb.evaluation, npm_nb.reference, npm_nb.index\n"
-            "try: npm_nb.index.faiss.IndexFlatIP\n"
+            "import npm_nb.npm.training, npm_nb.npm.datastore, npm_nb.npm.inference, npm_nb.npm.evaluation\n"
+            "import npm_nb.run.reference, npm_nb.npm.index\n"
+            "try: npm_nb.npm.index.faiss.IndexFlatIP\n"
             "except ImportError as e: print('refused:', e)\n")
     p = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, 'PYTHONPATH': str(ROOT)})

@@ -1,13 +1,13 @@
 """The explorer web app in headless Chromium (Debian's, driven by Playwright): type a query, see the highlighted answer.
 
-Runs the real app (`npm_nb.explorer.create_app`) on a free localhost port with the real MiniLM encoder and the
+Runs the real app (`npm_nb.run.explorer.create_app`) on a free localhost port with the real MiniLM encoder and the
 `figure1` corpus (built in a second), so it needs no trained checkpoint and no cached datastore. It is skipped, saying
 why, only when Chromium or Playwright is missing (`make install` installs both)."""
 import os, time
 import pytest
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
-from npm_nb.explorer import (Explorer, create_app, serve_in_thread, free_port, chromium_path, CHROMIUM_ARGS,
+from npm_nb.run.explorer import (Explorer, create_app, serve_in_thread, free_port, chromium_path, CHROMIUM_ARGS,
                              FIGURE1_DOCS)
 
 CHROMIUM = chromium_path()

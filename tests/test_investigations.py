@@ -4,7 +4,7 @@ results/runs/ (whose READMEs cite them), so each is run by a test and each test 
 import json, os
 from pathlib import Path
 import pandas as pd, pytest
-from npm_nb.storage import project_root
+from npm_nb.core import project_root
 
 ROOT = project_root()
 OFFLINE = dict(HF_HUB_OFFLINE='1', TRANSFORMERS_OFFLINE='1', HF_DATASETS_OFFLINE='1', TOKENIZERS_PARALLELISM='false')
@@ -23,7 +23,7 @@ def table(results: Path, name: str) -> pd.DataFrame: return pd.read_csv(results/
 @pytest.fixture(scope='module')
 def smoke_models(tmp_path_factory):
     "The smoke profile's 01_train models: a smoke batch leaves them; trained here (about 40 s on 2 cores) when it has not."
-    from npm_nb.reference import trained_path
+    from npm_nb.run.reference import trained_path
     try: return [trained_path('smoke', o) for o in ('npm', 'mlm')]
     except FileNotFoundError: pass
     import papermill

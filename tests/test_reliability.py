@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from npm_nb.storage import hold_lock, LockedError
+from npm_nb.core import hold_lock, LockedError
 from npm_nb.models import load_tokenizer, tiny_encoder, load_encoder, write_model_checksums, CHECKSUMS
-from npm_nb.blocks import build_blocks
-from npm_nb.datastore import Datastore
-from npm_nb.index import build_index, load_index
-from npm_nb.inference import NPM, BM25Retriever
-from npm_nb.reference import reference_bm25
-from npm_nb.training import TrainConfig, train, list_checkpoints
-from npm_nb.batch import main as batch_main, make_demo_notebook
+from npm_nb.data.blocks import build_blocks
+from npm_nb.npm.datastore import Datastore
+from npm_nb.npm.index import build_index, load_index
+from npm_nb.npm.inference import NPM, BM25Retriever
+from npm_nb.run.reference import reference_bm25
+from npm_nb.npm.training import TrainConfig, train, list_checkpoints
+from npm_nb.run.batch import main as batch_main, make_demo_notebook
 
 torch.set_num_threads(2)
 PY = sys.executable
@@ -282,7 +282,7 @@ def test_4_8_and_6_4_checkpoint_folder(run, tok, tmp_path):
     (d/'.tmp-checkpoint-5-4194000').mkdir(); (d/'.old-checkpoint-2-4194001').mkdir()  # left by dead writers (4.8)
     list_checkpoints(d)
     assert not list(d.glob('.tmp-*')) and not list(d.glob('.old-*'))
-    holder = subprocess.Popen([PY, '-c', f"from npm_nb.storage import hold_lock\nimport time\n"
+    holder = subprocess.Popen([PY, '-c', f"from npm_nb.core import hold_lock\nimport time\n"
                                f"with hold_lock({str(d)!r}, 'checkpoint folder'): print('held', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True, env=ENV)
     try:
@@ -317,7 +317,7 @@ class Killed(BaseException):
     "Stands for a kill -9 at that instant: nothing after it runs (it is no Exception, so nothing catches it)."
 
 def test_4_3_4_5_crash_inside_the_commit_is_finished(models, store, tmp_path, monkeypatch):
-    import npm_nb.datastore as d
+    import npm_nb.npm.datastore as d
     m, p, write = models[0], tmp_path/'c', d.atomic_write_json
     def crash_at(generation):
         def boom(path, obj, *a, **k):  # the probe's injection point: just before the manifest names the new part
@@ -355,7 +355,7 @@ def ws(tmp_path, monkeypatch):
     monkeypatch.setenv('NPM_NB_RESULTS', str(tmp_path/'results')); monkeypatch.setenv('NPM_NB_DATA', str(tmp_path/'data'))
     ex, pa = tmp_path/'ex', tmp_path/'params'; pa.mkdir()
     make_demo_notebook(ex/'01_a.ipynb', "profile: str = 'smoke'  # profile\nsteps: int = 5  # steps [>= 1]\n"
-                       "tasks: str = 'mr'  # tasks [one of: npm_nb.tasks.TASKS]\n", 'import time\ntime.sleep(60)')
+                       "tasks: str = 'mr'  # tasks [one of: npm_nb.data.tasks.TASKS]\n", 'import time\ntime.sleep(60)')
     (pa/'base.yaml').write_text('notebooks:\n  01_a: {}\n'); (pa/'tiny.yaml').write_text('params: {}\n')
     return dict(ex=ex, pa=pa, res=tmp_path/'results', data=tmp_path/'data',
                 cli=['--params-dir', str(pa), '--experiments-dir', str(ex)])
@@ -387,9 +387,9 @@ def test_5_11_status_cut_short(ws, capsys):
 
 def test_5_9_partial_tables_are_marked(ws):
     "A step that fails after writing a table: the results page says the table is partial (D12)."
-    from npm_nb.batch import run_batch
+    from npm_nb.run.batch import run_batch
     make_demo_notebook(ws['ex']/'02_half.ipynb', "profile: str = 'smoke'  # profile\n",
-                       "import pandas as pd\nfrom npm_nb.batch import write_table\n"
+                       "import pandas as pd\nfrom npm_nb.run.batch import write_table\n"
                        "write_table('02_half', pd.DataFrame({'acc': [1.0]}), title='Half done', profile=profile)\n"
                        "# ---\nraise RuntimeError('died after its first table')")
     (ws['pa']/'half.yaml').write_text('notebooks:\n  01_a: {enabled: false}\n  02_half: {}\n')
@@ -398,13 +398,13 @@ def test_5_9_partial_tables_are_marked(ws):
     assert 'partial: written by step 02_half before it failed' in (ws['res']/'README.md').read_text()
 
 def test_5_13_help(capsys):
-    from npm_nb import fetch, corpora, tasks, training
+    from npm_nb.data import fetch, corpora, tasks; from npm_nb.npm import training
     for mod in (fetch, corpora, tasks, training):
         with pytest.raises(SystemExit) as e: mod.main(['--help'])
         assert e.value.code == 0 and 'usage: ' in capsys.readouterr().out
 
 def test_5_14_training_cli_errors_on_one_line(capsys):
-    from npm_nb.training import main as train_main
+    from npm_nb.npm.training import main as train_main
     with pytest.raises(SystemExit) as e: train_main(['--objective', 'foo'])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and err.startswith("error: objective='foo'") and len(err.splitlines()) == 1
@@ -412,7 +412,7 @@ def test_5_14_training_cli_errors_on_one_line(capsys):
 def test_6_2_second_runner_on_the_same_data(ws, capsys):
     "Two runners of one profile with different results folders share its checkpoints and datastores: refused."
     lock = ws['data']/'cache'/'batch-locks'/'tiny'
-    holder = subprocess.Popen([PY, '-c', f"from npm_nb.storage import hold_lock\nimport time\n"
+    holder = subprocess.Popen([PY, '-c', f"from npm_nb.core import hold_lock\nimport time\n"
                                f"with hold_lock({str(lock)!r}, 'x'): print('held', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True, env=ENV)
     try:
@@ -424,7 +424,7 @@ def test_6_2_second_runner_on_the_same_data(ws, capsys):
 def test_4_10_sigterm_stops_cleanly(ws):
     "SIGTERM to the runner mid-step: rc 130, a resumable run, and no ZMQ traceback on the terminal."
     env = {**ENV, 'NPM_NB_RESULTS': str(ws['res']), 'NPM_NB_DATA': str(ws['data'])}
-    p = subprocess.Popen([PY, '-u', '-m', 'npm_nb.batch', 'tiny'] + ws['cli'], stdout=subprocess.PIPE,
+    p = subprocess.Popen([PY, '-u', '-m', 'npm_nb.run.batch', 'tiny'] + ws['cli'], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert p.stdout.readline().startswith('New run') and p.stdout.readline().startswith('[run ] 01_a')
@@ -442,7 +442,7 @@ def test_4_10_sigterm_stops_cleanly(ws):
 # ---------------------------------------------------------------- 6. concurrency of datastore writers
 def test_6_3_two_builds_of_one_store(models, tmp_path):
     m, p = models[0], tmp_path/'conc'
-    holder = subprocess.Popen([PY, '-c', f"from npm_nb.storage import hold_lock\nimport time\n"
+    holder = subprocess.Popen([PY, '-c', f"from npm_nb.core import hold_lock\nimport time\n"
                                f"with hold_lock({str(p)!r}, 'datastore'): print('held', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True, env=ENV)
     try:
@@ -475,7 +475,7 @@ def test_r2_1_planted_trainer_state_does_not_run(run, tok, tmp_path):
     assert any('not loaded' in m and 'resuming from checkpoint-2' in m for m in msgs), msgs
     assert same_weights(out, fin)
 
-@pytest.mark.parametrize('module, fn', [('npm_nb.replug', 'lsr_state'), ('npm_nb.realm_pretraining', 'check_realm_resume')])
+@pytest.mark.parametrize('module, fn', [('npm_nb.baselines.replug', 'lsr_state'), ('npm_nb.baselines.realm_pretraining', 'check_realm_resume')])
 def test_r2_1_other_trainer_states_refuse_pickles(tmp_path, module, fn):
     import importlib
     marker = tmp_path/'PWNED'
@@ -486,7 +486,7 @@ def test_r2_1_other_trainer_states_refuse_pickles(tmp_path, module, fn):
     assert not marker.exists()
 
 def test_r2_1_bundle_export_refuses_pickles(run, tmp_path):
-    from npm_nb.bundle import export_checkpoint
+    from npm_nb.run.bundle import export_checkpoint
     d = Path(shutil.copytree(run[0].resolve(), tmp_path/'ck')); marker = tmp_path/'PWNED'
     st = torch.load(d/'trainer_state.pt', weights_only=True)
     torch.save({**st, 'extra': Planted(marker)}, d/'trainer_state.pt')
@@ -531,7 +531,7 @@ def test_r2_3_bad_batch_size_commits_nothing(models, tmp_path, bs):
     assert np.abs(np.asarray(ds.vectors, dtype=np.float32)).sum(1).min() > 0, 'an all-zero row was committed'
 
 def test_r2_3_store_never_commits_unencoded_blocks(models, tmp_path, monkeypatch):
-    import npm_nb.datastore as d
+    import npm_nb.npm.datastore as d
     monkeypatch.setattr(d, '_encode_pending', lambda *a, **k: None)  # an encoder loop that wrote nothing
     raises(lambda: models[0].build_datastore(DOCS, tmp_path/'z', max_len=32, progress=False), 'nothing was committed')
 
@@ -540,14 +540,14 @@ def test_r2_3_store_never_commits_unencoded_blocks(models, tmp_path, monkeypatch
                                       (dict(kind='ivfpq', m=5), 'must divide'), (dict(kind='ivfpq', m=8, nbits=40), 'nbits=40')])
 def test_r2_4_index_parameters_refused_before_faiss(kw, part):
     # in a child process: before the fix these crashed the interpreter (nlist=0 segfault, hnsw_m=0 abort)
-    code = (f"import numpy as np\nfrom npm_nb.index import build_index\nX = np.random.default_rng(0).normal(size=(300, 32)).astype(np.float16)\n"
+    code = (f"import numpy as np\nfrom npm_nb.npm.index import build_index\nX = np.random.default_rng(0).normal(size=(300, 32)).astype(np.float16)\n"
             f"try: build_index(X, progress=False, **{kw!r})\nexcept ValueError as e: print('CLEAR', e)\nelse: print('BUILT')")
     r = subprocess.run([PY, '-c', code], capture_output=True, text=True, env=ENV, timeout=120)
     assert r.returncode == 0 and 'CLEAR' in r.stdout and part in r.stdout, (r.returncode, r.stdout, r.stderr[-500:])
 
 # ---------------------------------------------------------------- full and read-only disks
 def test_r2_6_full_disk_is_a_clear_error_before_encoding(models, tmp_path, monkeypatch):
-    import npm_nb.storage as s
+    import npm_nb.core as s
     monkeypatch.setattr(s, 'free_bytes', lambda folder: 1 << 20)  # 1 MiB free
     msg = raises(lambda: models[0].build_datastore(DOCS, tmp_path/'full', max_len=32, progress=False), 'not enough disk space')
     assert 'MiB are free' in msg
@@ -555,7 +555,7 @@ def test_r2_6_full_disk_is_a_clear_error_before_encoding(models, tmp_path, monke
     assert len(models[0].build_datastore(DOCS, tmp_path/'full', max_len=32, progress=False))  # room again: it builds
 
 def test_r2_7_unfinishable_commit_does_not_block_readers(models, store, tmp_path, monkeypatch):
-    import npm_nb.datastore as d
+    import npm_nb.npm.datastore as d
     m, p, write = models[0], tmp_path/'ro', d.atomic_write_json
     ds = m.build_datastore(DOCS, p, max_len=32, progress=False); n0 = len(ds)
     def boom(path, obj, *a, **k):  # killed just before the manifest of generation 2 is written
@@ -590,7 +590,7 @@ def test_r2_documents_as_generator_list_or_dicts(models, tmp_path):
 # ---------------------------------------------------------------- every parameter has a rule; profiles say what they mean
 def test_r2_8_every_parameter_has_a_rule():
     "A new numeric or list parameter without a rule (comment or implied) fails here, so --dry-run checks every value."
-    from npm_nb.batch import list_experiments, notebook_parameters, notebook_path, FREE_TEXT
+    from npm_nb.run.batch import list_experiments, notebook_parameters, notebook_path, FREE_TEXT
     missing = [f'{n}.{k} ({v["type"]})' for n in list_experiments() for k, v in notebook_parameters(notebook_path(n)).items()
                if not v.get('rule') and v['type'] != 'bool' and k not in FREE_TEXT]
     assert not missing, f'parameters without a rule: {missing}'

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np, pytest
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
-import npm_nb.explorer as E
-from npm_nb.explorer import Explorer, ModelEntry, register_model, MODELS, prepare_npm, answer_npm, create_app, MASK
-from npm_nb.inference import NPM
+import npm_nb.run.explorer as E
+from npm_nb.run.explorer import Explorer, ModelEntry, register_model, MODELS, prepare_npm, answer_npm, create_app, MASK
+from npm_nb.npm.inference import NPM
 from npm_nb.models import load_tokenizer, tiny_encoder
-from npm_nb.storage import project_root, data_dir
+from npm_nb.core import project_root, data_dir
 
 Q = 'The Banpo Bridge crosses the [MASK] in Seoul.'
 PASTE = '# Banpo\nThe Banpo Bridge crosses the Han River in Seoul.\n\n# Athens\nAthens is the capital of Greece.'
@@ -198,8 +198,8 @@ def test_an_explorer_that_is_garbage_collected_deletes_its_pastes(data):
 
 CHILD = textwrap.dedent("""
     import os, sys
-    import npm_nb.explorer as E
-    from npm_nb.inference import NPM
+    import npm_nb.run.explorer as E
+    from npm_nb.npm.inference import NPM
     from npm_nb.models import load_tokenizer, tiny_encoder
     tok = load_tokenizer('minilm')
     E.register_model(E.ModelEntry('tiny', 'tiny', lambda p, d=None: NPM(tiny_encoder(tok), tok), E.prepare_npm, E.answer_npm))
