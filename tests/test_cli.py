@@ -93,7 +93,7 @@ def test_round_trip(cli):
     after = answers(cli, 'store')
     assert 'zanzibar' not in {a['doc_id'] for a in after} and not any('zanzibar' in a['text'].lower() for a in after)
     assert {'greece.txt', 'kenya.txt'} <= {a['doc_id'] for a in after}
-    assert cli.run('ask', 'store', 'no blank here', ok=False).returncode == 2  # (more errors: nbs/15_cli.ipynb)
+    assert cli.run('ask', 'store', 'no blank here', ok=False).returncode == 2  # (more errors: nbs/24_cli.ipynb)
 
 
 def test_default_encoder_is_said(cli):

@@ -410,7 +410,7 @@ def corpus_index(name: str) -> CorpusIndex:
 # %% ../../nbs/05_tasks.ipynb #5644a02e
 def bm25_query(query: str, is_question: bool) -> str:
     "The reference's BM25 query of a row: up to the first '?' for questions, else the cloze with '_____' for the mask."
-    # the evaluation asks `npm_nb.npm.inference.bm25_query`, which also drops a question's interrogatives (see 11_inference)
+    # the evaluation asks `npm_nb.npm.inference.bm25_query`, which also drops a question's interrogatives (see 13_inference)
     return query[:query.index('?') + 1] if is_question and '?' in query else query.replace(MASK, '_____')
 
 def open_rows(facts: list, # {relation, subject, answers}
@@ -566,7 +566,7 @@ def task_dir(name: str) -> Path:
     get_task(name); return data_dir('processed', 'tasks', name)
 
 def translation_corpus_dir() -> Path:
-    "Where the rendered translation corpus is saved (beside the `03_corpora` corpora)."
+    "Where the rendered translation corpus is saved (beside the `04_corpora` corpora)."
     return data_dir('processed', 'corpora', 'translation')
 
 def _save_atomic(final: Path, write):

@@ -183,7 +183,7 @@ def rescore_exact(q: np.ndarray, # queries [Q, h] float32
 
 # %% ../../nbs/12_index.ipynb #e91da997
 class _TorchFlat:
-    "Exact search in torch (chapter 09a's `ExactSearch`, CPU or GPU, any k) behind FAISS's `search(q, k)`."
+    "Exact search in torch (chapter 11's `ExactSearch`, CPU or GPU, any k) behind FAISS's `search(q, k)`."
     def __init__(self, vectors, device=None, **kw): self.es = ExactSearch(vectors, device=device, **kw)
     @property
     def ntotal(self): return self.es.n

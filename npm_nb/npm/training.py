@@ -104,7 +104,7 @@ def _blocks_key(cfg: TrainConfig, tok) -> str:
 
 @contextlib.contextmanager
 def _tokenizer_threads():
-    "Let the fast tokenizer use every core for a while (chapter 01 turns `TOKENIZERS_PARALLELISM` off for forked workers)."
+    "Let the fast tokenizer use every core for a while (chapter 02 turns `TOKENIZERS_PARALLELISM` off for forked workers)."
     old = os.environ.get('TOKENIZERS_PARALLELISM'); os.environ['TOKENIZERS_PARALLELISM'] = 'true'
     try: yield
     finally:

@@ -180,7 +180,7 @@ def cmd_info(a) -> int:
 def serve_app(store, model: str | None = None, device: str | None = None, verify: bool | None = None,
               query: str | None = None, # the query the page opens with (default: the explorer's)
              ):
-    "The explorer's Flask app (chapter 14) answering from the store at `store` with its encoder."
+    "The explorer's Flask app (chapter 23) answering from the store at `store` with its encoder."
     from npm_nb.run import explorer as E
     from npm_nb.run.reference import reference_bm25
     ds, npm = open_store(store, model, device, verify); m = ds.manifest
@@ -256,7 +256,7 @@ def parser(prog: str = 'npm-nb') -> argparse.ArgumentParser:
     q.add_argument('--alpha', type=float, default=0.0, help='phrase score x length^alpha (default 0)')
     q.add_argument('--bm25', type=int, default=0, metavar='N', help='search only the N blocks BM25 ranks highest (§6.3; default 0: the whole store)')
     q.add_argument('--json', action='store_true', help='one JSON object a query (JSON Lines)')
-    s = command('serve', 'the explorer web page (chapter 14) on the store', [enc])
+    s = command('serve', 'the explorer web page (chapter 23) on the store', [enc])
     s.add_argument('--host', default='127.0.0.1'); s.add_argument('--port', type=int, default=8765)
     s.add_argument('--query', help='the query the page opens with')
     i = command('info', 'documents, tokens, encoder, precision, dates and size of a store', [])

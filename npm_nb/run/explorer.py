@@ -151,7 +151,7 @@ class CorpusEntry:
     "One reference corpus of the explorer."
     key: str
     label: str
-    names: tuple = ()          # offline corpora (chapter 03) for `reference_datastore`; empty: `docs`
+    names: tuple = ()          # offline corpora (chapter 04) for `reference_datastore`; empty: `docs`
     budgets: dict = field(default_factory=dict)  # profile -> MiniLM-token budget (0 / missing: everything)
     docs: dict | None = None   # documents given in code ({'text', 'id', 'title'})
     pasted: bool = False       # the person pastes the documents
@@ -397,7 +397,7 @@ def _single_answers(ds, rows_scores, s: Settings, fold_case: bool) -> list:
     return out
 
 def answer_npm(model: NPM, res: NPMResources, query: str, s: Settings) -> Exploration:
-    "Answer one query with an NPM or NPM-single model (the explorer's `answer` for chapter 12a's rows)."
+    "Answer one query with an NPM or NPM-single model (the explorer's `answer` for chapter 20's rows)."
     ds, notes = res.ds, []
     start, end, titles = _neighbour_sets(model, res, query, s)
     if model.mode == 'npm':
