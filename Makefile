@@ -16,7 +16,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # build, over 3 GB with its CUDA packages), a CUDA build of the PyTorch index (`cu126`, `cu128`, ...), or `pypi`
 # (plain PyPI's default build). A configured index or a local wheel folder (pip's find-links) that holds the build is
 # used first, so an offline-ish machine with the wheel at hand needs no PyTorch index.
-# EXTRAS: `dev,cpu` (faiss-cpu) or, with a CUDA 12 torch, `dev,gpu` (faiss-gpu). See README "Using a GPU".
+# EXTRAS: `dev,cpu` (faiss-cpu) or, with a CUDA 12 torch, `dev,gpu` (faiss-gpu). See docs/gpu.md, "Using a GPU".
 TORCH_VERSION ?= 2.13.0
 TORCH_VARIANT ?= cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/$(TORCH_VARIANT)
@@ -51,7 +51,7 @@ chromium:
 explorer: data
 	$(PY) -m npm_nb.run.explorer --profile $(PROFILE)
 
-# Regenerate the README's screenshot of the explorer answering a real query (headless Chromium).
+# Regenerate the screenshot in docs/python.md of the explorer answering a real query (headless Chromium).
 EXPLORER_QUERY ?= The capital of Greece is [MASK].
 explorer-screenshot: data
 	$(PY) -m npm_nb.run.explorer --profile $(PROFILE) --screenshot nbs/images/explorer.png --query "$(EXPLORER_QUERY)"
@@ -63,7 +63,7 @@ data: install
 	$(PY) -m npm_nb.data.tasks
 
 # The fastest way to a trained NPM (profile `quick`: NPM from MiniLM, 300 steps): data/cache/checkpoints/quick/npm/final,
-# which `npm-nb` and the explorer use when the cpu profile's NPM (`make reproduce`) is absent. README: "A trained model".
+# which `npm-nb` and the explorer use when the cpu profile's NPM (`make reproduce`) is absent. README: "A trained model in minutes".
 model: data
 	$(PY) -m npm_nb.run.batch quick
 
@@ -83,7 +83,7 @@ sync-check: install
 test: data sync-check
 	$(BIN)/pytest -q tests
 
-# An offline bundle for GPU machines without a package index (npm_nb.run.bundle; README "Offline GPU machines"): wheels for
+# An offline bundle for GPU machines without a package index (npm_nb.run.bundle; docs/gpu.md, "Offline GPU machines"): wheels for
 # BUNDLE_PYTHON / BUNDLE_PLATFORM that such a machine lacks (resolved against its torch 2.11 / transformers 5.17 / numpy
 # 2.5, which it keeps), the processed data and the init model as fp16, in parts under dist/bundle/ sized so that each
 # fits one 64 MiB device call beside the working tree (BUNDLE_PART_MB=auto; `python -m npm_nb.run.bundle calls` re-checks),
