@@ -380,6 +380,50 @@ def _optimizer(model: REALM, cfg: RealmConfig):
     opt = torch.optim.AdamW([{'params': decay, 'weight_decay': cfg.weight_decay}, {'params': rest, 'weight_decay': 0.0}], lr=cfg.lr)
     return opt, get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
 
+# %% ../../nbs/19_realm_pretraining.ipynb #b3233783
+def _realm_start(cfg: RealmConfig, model: REALM, doc_ids: list, fp: str, # the examples' and chunks' fingerprint
+                 index, # the initial index, or None (embedded here)
+                 resume: bool, out: Path, device) -> tuple:
+    "`(model, state, index, checkpoints, pending snapshot, finished)`: resume from the newest checkpoint in `out`, or start."
+    metrics, evals = out/'metrics.jsonl', out/'heldout.jsonl'
+    if not resume:
+        for p in list_checkpoints(out): shutil.rmtree(p)
+        if (out/'final').is_symlink(): (out/'final').unlink()
+    cks = list_checkpoints(out) if resume else []
+    state = {'step': 0, 'cursor': 0, 'index_step': 0, 'due': False, 'data_fingerprint': fp,
+             'init_fingerprint': encoder_fingerprint(model)[:16], 'refreshes': 0, 'wait_s': 0.0}
+    pending = None
+    if cks:
+        state = check_realm_resume(cks[-1], cfg, fp)
+        if state['step'] >= cfg.steps: return model, state, index, cks, pending, True
+        model = REALM.from_pretrained(cks[-1], device=device)
+        index = np.load(cks[-1]/'index.npy')
+        if (cks[-1]/'pending-snapshot.pt').exists(): pending = (cks[-1]/'pending-snapshot.pt', state['pending_step'])
+    else:
+        for p in (metrics, evals, out/'refresh.jsonl'):
+            if p.exists(): p.unlink()
+        index = _index_vectors(model, doc_ids, cfg) if index is None else np.asarray(index, np.float32)
+        if index.shape[0] != len(doc_ids): raise ValueError(f"the initial index has {index.shape[0]} rows for {len(doc_ids)} chunks")
+    for p in (metrics, evals, out/'refresh.jsonl'): truncate_metrics(p, state['step'])
+    return model, state, index, cks, pending, False
+
+def _step_row(o: dict, ex: list, loss, gnorm: float, lr: float, state: dict, age: int, # steps since the index's snapshot
+              w0: float, t0: float, c0: float, # seconds waited for an index; the step's start (wall, CPU)
+              busy: bool, null_doc: bool) -> dict:
+    "The `metrics.jsonl` row of one step: loss, index age, timings, recall@k of the batch, p(∅|x) and RU of the top chunk."
+    with torch.no_grad():
+        prior, post = retrieval_weights(o['f'], o['log_p_y'])
+        row = {'step': state['step'], 'loss': loss.item(), 'grad_norm': gnorm, 'lr': lr,
+               'index_age': age, 'wait_s': w0, 'seconds': time.perf_counter() - t0,
+               'cpu_seconds': time.process_time() - c0,
+               'recall_at_k': float(np.mean([bool(set(r.tolist()) & set(e['gold_rows'])) for r, e in zip(o['rows'], ex)])),
+               'builder_busy': busy, 'time': time.time()}
+        if null_doc:
+            row.update(p_null_prior=prior[:, -1].mean().item(), p_null_posterior=post[:, -1].mean().item(),
+                       ru_top1=(o['log_p_y'][:, 0] - o['log_p_y'][:, -1]).mean().item())
+    return row
+
+# %% ../../nbs/19_realm_pretraining.ipynb #78b3b8d9
 def train_realm(cfg: RealmConfig,
                 examples: list, # training examples (`realm_examples`)
                 chunks: dict, # the knowledge corpus (`chunk_documents`) the examples were cut from
@@ -398,25 +442,8 @@ def train_realm(cfg: RealmConfig,
     model = model if model is not None else REALM.from_parts(cfg.retriever, cfg.reader, device=device, shared=cfg.shared)
     tok, doc_ids, bodies = model.tok, doc_input_ids(model.tok, chunks), chunks['input_ids']
     fp = data_fingerprint(examples, doc_ids)
-    if not resume:
-        for p in list_checkpoints(out): shutil.rmtree(p)
-        if (out/'final').is_symlink(): (out/'final').unlink()
-    cks = list_checkpoints(out) if resume else []
-    state = {'step': 0, 'cursor': 0, 'index_step': 0, 'due': False, 'data_fingerprint': fp,
-             'init_fingerprint': encoder_fingerprint(model)[:16], 'refreshes': 0, 'wait_s': 0.0}
-    pending = None
-    if cks:
-        state = check_realm_resume(cks[-1], cfg, fp)
-        if state['step'] >= cfg.steps: return link_final(out, cks[-1])  # finished: `final` may be missing after a crash
-        model = REALM.from_pretrained(cks[-1], device=device)
-        index = np.load(cks[-1]/'index.npy')
-        if (cks[-1]/'pending-snapshot.pt').exists(): pending = (cks[-1]/'pending-snapshot.pt', state['pending_step'])
-    else:
-        for p in (metrics, evals, out/'refresh.jsonl'):
-            if p.exists(): p.unlink()
-        index = _index_vectors(model, doc_ids, cfg) if index is None else np.asarray(index, np.float32)
-        if index.shape[0] != len(doc_ids): raise ValueError(f"the initial index has {index.shape[0]} rows for {len(doc_ids)} chunks")
-    for p in (metrics, evals, out/'refresh.jsonl'): truncate_metrics(p, state['step'])
+    model, state, index, cks, pending, finished = _realm_start(cfg, model, doc_ids, fp, index, resume, out, device)
+    if finished: return link_final(out, cks[-1])  # finished: `final` may be missing after a crash
     model.to(device).train()
     opt, sched = _optimizer(model, cfg)
     if cks:
@@ -475,16 +502,8 @@ def train_realm(cfg: RealmConfig,
             opt.zero_grad(set_to_none=True); loss.backward()
             gnorm = float(nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.clip))
             opt.step(); sched.step(); state['step'] += 1; bar.update(1)
-            with torch.no_grad():
-                prior, post = retrieval_weights(o['f'], o['log_p_y'])
-                row = {'step': state['step'], 'loss': loss.item(), 'grad_norm': gnorm, 'lr': sched.get_last_lr()[0],
-                       'index_age': t - state['index_step'], 'wait_s': w0, 'seconds': time.perf_counter() - t0,
-                       'cpu_seconds': time.process_time() - c0,
-                       'recall_at_k': float(np.mean([bool(set(r.tolist()) & set(e['gold_rows'])) for r, e in zip(o['rows'], ex)])),
-                       'builder_busy': bool(refresher is not None and refresher.busy), 'time': time.time()}
-                if cfg.null_doc:
-                    row.update(p_null_prior=prior[:, -1].mean().item(), p_null_posterior=post[:, -1].mean().item(),
-                               ru_top1=(o['log_p_y'][:, 0] - o['log_p_y'][:, -1]).mean().item())
+            row = _step_row(o, ex, loss, gnorm, sched.get_last_lr()[0], state, t - state['index_step'], w0, t0, c0,
+                            bool(refresher is not None and refresher.busy), cfg.null_doc)
             if state['step'] % cfg.log_every == 0 or state['step'] == cfg.steps: append_jsonl(metrics, row)
             bar.set_postfix(loss=f"{row['loss']:.2f}", age=row['index_age'])
             if cfg.eval_every and state['step'] % cfg.eval_every == 0 and state['step'] < cfg.steps: evaluate()
@@ -502,6 +521,7 @@ def train_realm(cfg: RealmConfig,
         if refresher is not None: refresher.close()
     return out/'final' if state['step'] == cfg.steps else (last or list_checkpoints(out)[-1])
 
+# %% ../../nbs/19_realm_pretraining.ipynb #1324ceea
 def read_jsonl(path) -> list:
     "The rows of a JSON-lines log (empty if missing)."
     p = Path(path)

@@ -541,6 +541,7 @@ def _encode_pending(self, batch_size, device, progress):
         mm.flush(); atomic_write_json(pend/'progress.json', dict(blocks_done=e)); bar.update(e - b)
     bar.close(); del mm
 
+# %% ../../nbs/10_datastore.ipynb #d25a5650
 def _commit(self, st):
     "Write the merged metadata as a new generation, decide the commit (`pending/commit.json`), then carry it out."
     pend, m = self.path/'pending', dict(self.manifest)
@@ -609,6 +610,7 @@ def _recover(path: Path):
                       "previous committed version is used; free disk space (or make the folder writable) and open or "
                       "add again to finish it", stacklevel=3)
 
+# %% ../../nbs/10_datastore.ipynb #2d0ed47b
 def _new_documents(self, docs):
     "`(documents not yet in the store or None, fingerprint of docs)`: an `add` repeated after it finished adds nothing."
     table = _doc_table(docs); fp = corpus_fingerprint(table)  # as given (running ids from 0 when there is no id)
@@ -632,6 +634,7 @@ def _new_documents(self, docs):
     if not keep: return None, fp
     return (table.select(keep) if same else docs), fp
 
+# %% ../../nbs/10_datastore.ipynb #beb3e255
 def _add(self, new_docs, # documents to append: a table with `text` (+ optional `id`, `title`)
         batch_size: int = 32, device: str | None = None, progress: bool = True,
         source: str | None = None, # block source name (default: the store's)

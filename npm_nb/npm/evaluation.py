@@ -542,6 +542,7 @@ def _retrieval_summary(table, groups) -> dict:
         s['recall_by_group'] = {k: float(100 * v) for k, v in g.items()}; s['macro_recall'] = float(100 * g.mean())
     return s
 
+# %% ../../nbs/14_evaluation.ipynb #43a827d8
 def open_table(t, df, answers, preds, what, seconds, by=None, extra=None, **kw) -> tuple:
     "Tidy table and summary for open-set predictions: `preds` is one list of answer strings (best first) per row."
     golds = [list(g) for g in df[answers]]
@@ -566,6 +567,7 @@ def open_table(t, df, answers, preds, what, seconds, by=None, extra=None, **kw) 
         for g in s.get('per_group', []): g['recall'] = s['recall_by_group'].get(g['group'], float('nan'))
     return table, _summary(t, what, len(df), seconds, **s, **kw)
 
+# %% ../../nbs/14_evaluation.ipynb #d61b9ac3
 def eval_open_set(model, # an `NPM` (mode 'npm': phrases; mode 'single': its top token, dense only)
                   task, # an open-set (or temporal / translation) task name or Task
                   ds, # the reference `Datastore`

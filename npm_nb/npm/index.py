@@ -222,6 +222,7 @@ def _where(index) -> str:
     if isinstance(index, _TorchFlat): return index.device
     return 'cuda' if 'Gpu' in type(index).__name__ else 'cpu'
 
+# %% ../../nbs/12_index.ipynb #aedb8532
 def check_index_params(kind: str, n: int, d: int, **p):
     "Raise a clear `ValueError` for a parameter FAISS would crash on, or silently misuse, before FAISS sees it."
     def whole(name, lo, hi=None, why=''):
@@ -240,6 +241,7 @@ def check_index_params(kind: str, n: int, d: int, **p):
     if kind == 'hnsw':
         whole('hnsw_m', 2, why=' (HNSW neighbours a node)'); whole('ef_search', 1); whole('ef_construction', 1)
 
+# %% ../../nbs/12_index.ipynb #ee0c335d
 def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datastore`
                 kind: str = 'flat', # 'flat' (exact), 'hnsw' (the paper) or 'ivfpq' (the reference code)
                 nlist: int | None = None, # IVF lists (default `default_nlist(N, train_size)`)

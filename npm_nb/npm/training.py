@@ -27,8 +27,8 @@ __all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'train
            'training_batches', 'prepare_batch', 'unmasked_inputs', 'StreamItems', 'batch_loader', 'TwoViews',
            'gather_candidates', 'mlm_head', 'MaskedLM', 'batch_loss', 'make_optimizer', 'cpu_bf16_native', 'amp_setup',
            'save_checkpoint', 'clean_stale_checkpoints', 'list_checkpoints', 'prune_checkpoints', 'link_final',
-           'DamagedCheckpoint', 'check_resume', 'resume_point', 'init_model', 'TrainingDeadline', 'train',
-           'retrieval_eval', 'mlm_eval', 'fill_mask', 'config_from_args', 'main']
+           'DamagedCheckpoint', 'check_resume', 'resume_point', 'init_model', 'TrainingDeadline', 'start_state',
+           'optimizer_state', 'train', 'retrieval_eval', 'mlm_eval', 'fill_mask', 'config_from_args', 'main']
 
 # %% ../../nbs/09_training.ipynb #bf11367d
 PAPER_CONFIG = dict(lr=3e-5, weight_decay=0.01, warmup=4000, steps=100_000, clip=2.0, batch_size=512, max_len=256,
@@ -456,6 +456,7 @@ def init_model(cfg: TrainConfig):
     cls = AutoModelForMaskedLM if cfg.objective == 'mlm' else AutoModel
     return cls.from_pretrained(resolve_model(cfg.model))
 
+# %% ../../nbs/09_training.ipynb #da117d4f
 def _dist_info():
     on = dist.is_available() and dist.is_initialized()
     return (dist.get_rank(), dist.get_world_size()) if on else (0, 1)
@@ -484,6 +485,72 @@ def _one_writer(fn):
             return fn(cfg, *args, **kw)
     return locked
 
+# %% ../../nbs/09_training.ipynb #4e3b7665
+_STAT_KEYS = {'npm': ('end_top1', 'loss', 'loss_end', 'loss_start', 'n_dropped', 'n_spans', 'start_top1'),
+              'single': ('loss', 'n_dropped', 'n_queries', 'top1'), 'mlm': ('loss', 'masked_acc')}  # what `batch_loss` reports
+
+def _log_row(win, state, sched, gnorm, secs, world, device='cpu', objective='npm'):
+    "One `metrics.jsonl` line: each stat's mean over the batches of the last steps on every rank."
+    keys = sorted(k for k in win if not k.startswith('_'))
+    if world > 1:  # the same keys on every rank, also on one that had nothing to mask (its batches report no loss)
+        keys = sorted(set(_STAT_KEYS.get(objective, ())) | {'mask_ratio'})
+    sums = []
+    for k in keys:
+        ts = [x.detach().double().reshape(()) for x in win.get(k, []) if torch.is_tensor(x)]
+        s = torch.stack(ts).sum().to(device) if ts else torch.zeros((), dtype=torch.float64, device=device)
+        sums.append(s + sum(float(x) for x in win.get(k, []) if not torch.is_tensor(x)))
+    counts = [float(len(win.get(k, []))) for k in keys] + [float(sum(win['_tokens']))]
+    # reduced on the training device: an NCCL group takes no CPU tensor (it crashed here at the first log step, D2)
+    vals = torch.cat([torch.stack(sums) if sums else torch.zeros(0, dtype=torch.float64, device=device),
+                      torch.tensor(counts, dtype=torch.float64, device=device)])
+    if world > 1: dist.all_reduce(vals)
+    vals, n = vals.tolist(), len(keys)  # the log step's one host sync
+    row = {'step': state['step'], **{k: vals[i] / vals[n + i] for i, k in enumerate(keys) if vals[n + i] > 0}}
+    row.update(tokens_per_s=vals[-1] / max(secs, 1e-9), lr=sched.get_last_lr()[0], grad_norm=float(gnorm),
+               n_skipped=state['n_skipped'], tokens=state['tokens'], time=time.time())
+    row.setdefault('loss', float('nan')); row.setdefault('mask_ratio', 0.0)
+    return row
+
+# %% ../../nbs/09_training.ipynb #2c7f5d43
+def start_state(cfg: TrainConfig, model, # the init model (its fingerprint must match a checkpoint's to resume from it)
+                resume: bool, rank: int, world: int,
+               ) -> tuple:
+    "`(out_dir, checkpoints, trainer state, model, finished checkpoint or None)`: resume from the newest intact checkpoint, or start."
+    init_fp = encoder_fingerprint(model)
+    out = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, cfg.objective)
+    metrics_path = out/'metrics.jsonl'
+    if not resume and rank == 0:  # start over: old checkpoints would be picked by a later resume
+        for p in list_checkpoints(out): shutil.rmtree(p)
+        if (out/'final').is_symlink(): (out/'final').unlink()
+    cks = list_checkpoints(out) if resume else []
+    state = {'step': 0, 'cursor': 0, 'n_skipped': 0, 'tokens': 0, 'init_fingerprint': init_fp, 'model': cfg.model,
+             'objective': cfg.objective, 'world': world}
+    if cks:
+        ck, state, model = resume_point(cks, cfg, init_fp, type(model))
+        if state['step'] >= cfg.steps: return out, cks, state, model, ck
+        if state.get('world', 1) != world:
+            raise ValueError(f"cannot resume from {cks[-1]}: it was trained by {state.get('world', 1)} process(es) and this run has "
+                             f"{world}; the data order and the candidate pool depend on it. Use the same number of ranks "
+                             "(torchrun --nproc_per_node), another out_dir, or resume=False to start over")
+    elif rank == 0 and metrics_path.exists(): metrics_path.unlink()
+    if rank == 0: truncate_metrics(metrics_path, state['step'])
+    return out, cks, state, model, None
+
+def optimizer_state(net, cfg: TrainConfig, device,
+                    state: dict | None, # a checkpoint's trainer state to restore; None: a fresh start from `cfg.seed`
+                   ) -> tuple:
+    "`(optimizer, schedule, autocast, scaler)` for `net`; resumed (with every RNG) from `state`, or seeded."
+    opt, sched = make_optimizer(net, cfg)
+    autocast, scaler = amp_setup(cfg.amp, device)
+    if state is not None:
+        opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler'])
+        if state.get('scaler') and scaler.is_enabled(): scaler.load_state_dict(state['scaler'])
+        set_rng_state(state['rng'])
+    else:
+        random.seed(cfg.seed); np.random.seed(cfg.seed); torch.manual_seed(cfg.seed)
+    return opt, sched, autocast, scaler
+
+# %% ../../nbs/09_training.ipynb #4e07b57c
 @_one_writer
 def train(cfg: TrainConfig, resume: bool = True,
           model=None, tok=None, # init model and tokenizer (default: loaded from `cfg.model`)
@@ -501,25 +568,10 @@ def train(cfg: TrainConfig, resume: bool = True,
     model = model if model is not None else init_model(cfg)
     if cfg.objective == 'mlm' and getattr(model, 'get_output_embeddings', lambda: None)() is None:
         raise ValueError("objective='mlm' needs a *ForMaskedLM model (see init_model)")
-    init_fp = encoder_fingerprint(model)
-    out = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, cfg.objective)
+    out, cks, state, model, finished = start_state(cfg, model, resume, rank, world)
+    # finished: (re)link `final`, which a crash between the last checkpoint and the link can have left missing
+    if finished is not None: return link_final(out, finished)
     metrics_path = out/'metrics.jsonl'
-    if not resume and rank == 0:  # start over: old checkpoints would be picked by a later resume
-        for p in list_checkpoints(out): shutil.rmtree(p)
-        if (out/'final').is_symlink(): (out/'final').unlink()
-    cks = list_checkpoints(out) if resume else []
-    state = {'step': 0, 'cursor': 0, 'n_skipped': 0, 'tokens': 0, 'init_fingerprint': init_fp, 'model': cfg.model,
-             'objective': cfg.objective, 'world': world}
-    if cks:
-        ck, state, model = resume_point(cks, cfg, init_fp, type(model))
-        # finished: (re)link `final`, which a crash between the last checkpoint and the link can have left missing
-        if state['step'] >= cfg.steps: return link_final(out, ck)
-        if state.get('world', 1) != world:
-            raise ValueError(f"cannot resume from {cks[-1]}: it was trained by {state.get('world', 1)} process(es) and this run has "
-                             f"{world}; the data order and the candidate pool depend on it. Use the same number of ranks "
-                             "(torchrun --nproc_per_node), another out_dir, or resume=False to start over")
-    elif rank == 0 and metrics_path.exists(): metrics_path.unlink()
-    if rank == 0: truncate_metrics(metrics_path, state['step'])
 
     blocks = blocks if blocks is not None else training_blocks(cfg, tok)
     train_b, _ = training_batches(blocks, cfg)
@@ -529,14 +581,7 @@ def train(cfg: TrainConfig, resume: bool = True,
     net = MaskedLM(model) if cfg.objective == 'mlm' else TwoViews(model, candidate_grad=cfg.candidate_grad)
     if world > 1:
         net = nn.parallel.DistributedDataParallel(net, device_ids=[torch.device(device).index] if device.startswith('cuda') else None)
-    opt, sched = make_optimizer(net, cfg)
-    autocast, scaler = amp_setup(cfg.amp, device)
-    if cks:
-        opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler'])
-        if state.get('scaler') and scaler.is_enabled(): scaler.load_state_dict(state['scaler'])
-        set_rng_state(state['rng'])
-    else:
-        random.seed(cfg.seed); np.random.seed(cfg.seed); torch.manual_seed(cfg.seed)
+    opt, sched, autocast, scaler = optimizer_state(net, cfg, device, state if cks else None)
 
     on_gpu = str(device).startswith('cuda')
     workers = cfg.workers if cfg.workers >= 0 else (min(8, max(1, (os.cpu_count() or 2) // world - 1)) if on_gpu else 0)
@@ -593,31 +638,6 @@ def train(cfg: TrainConfig, resume: bool = True,
         raise TrainingDeadline(f"time budget reached at step {state['step']} of {cfg.steps} ({cfg.objective}); checkpoint "
                                f"written to {out}: run the same command again to resume")
     return out/'final' if state['step'] == cfg.steps else (last or list_checkpoints(out)[-1])
-
-_STAT_KEYS = {'npm': ('end_top1', 'loss', 'loss_end', 'loss_start', 'n_dropped', 'n_spans', 'start_top1'),
-              'single': ('loss', 'n_dropped', 'n_queries', 'top1'), 'mlm': ('loss', 'masked_acc')}  # what `batch_loss` reports
-
-def _log_row(win, state, sched, gnorm, secs, world, device='cpu', objective='npm'):
-    "One `metrics.jsonl` line: each stat's mean over the batches of the last steps on every rank."
-    keys = sorted(k for k in win if not k.startswith('_'))
-    if world > 1:  # the same keys on every rank, also on one that had nothing to mask (its batches report no loss)
-        keys = sorted(set(_STAT_KEYS.get(objective, ())) | {'mask_ratio'})
-    sums = []
-    for k in keys:
-        ts = [x.detach().double().reshape(()) for x in win.get(k, []) if torch.is_tensor(x)]
-        s = torch.stack(ts).sum().to(device) if ts else torch.zeros((), dtype=torch.float64, device=device)
-        sums.append(s + sum(float(x) for x in win.get(k, []) if not torch.is_tensor(x)))
-    counts = [float(len(win.get(k, []))) for k in keys] + [float(sum(win['_tokens']))]
-    # reduced on the training device: an NCCL group takes no CPU tensor (it crashed here at the first log step, D2)
-    vals = torch.cat([torch.stack(sums) if sums else torch.zeros(0, dtype=torch.float64, device=device),
-                      torch.tensor(counts, dtype=torch.float64, device=device)])
-    if world > 1: dist.all_reduce(vals)
-    vals, n = vals.tolist(), len(keys)  # the log step's one host sync
-    row = {'step': state['step'], **{k: vals[i] / vals[n + i] for i, k in enumerate(keys) if vals[n + i] > 0}}
-    row.update(tokens_per_s=vals[-1] / max(secs, 1e-9), lr=sched.get_last_lr()[0], grad_norm=float(gnorm),
-               n_skipped=state['n_skipped'], tokens=state['tokens'], time=time.time())
-    row.setdefault('loss', float('nan')); row.setdefault('mask_ratio', 0.0)
-    return row
 
 # %% ../../nbs/09_training.ipynb #dcedf9bd
 @torch.no_grad()

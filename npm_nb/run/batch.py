@@ -550,6 +550,7 @@ def from_jsonable(v):
 
 def _hashable(k): return tuple(_hashable(x) for x in k) if isinstance(k, list) else k
 
+# %% ../../nbs/21_batch.ipynb #4e2eeb88
 class StepCache:
     "Finished parts of a long step (rows, tasks, phases), kept across time-budget cuts of the same run (`$NPM_NB_STEP_CACHE`)."
     def __init__(self, folder=None): # default `$NPM_NB_STEP_CACHE`, which the runner sets; unset: nothing is kept
@@ -587,7 +588,6 @@ class StepCache:
     def __repr__(self):
         return (f"StepCache({str(self.folder) if self.folder else 'off'}: {len(self.hits)} parts reused, "
                 f"{len(self.stored)} stored this time)")
-
 
 # %% ../../nbs/21_batch.ipynb #f173faeb
 def _fmt(v) -> str:
@@ -787,6 +787,7 @@ def _started_here(run_dir: Path) -> bool:
     "Whether this checkout started `run_dir` (a run that came with a clone, e.g. committed results, is never resumed)."
     return (Path(run_dir)/LOCAL_MARK).exists()
 
+# %% ../../nbs/21_batch.ipynb #89cea3f4
 OUTPUT_KINDS = ('tables', 'figures', 'benchmarks')  # the folders under results/ whose new files a run keeps a copy of
 COMMITTED_PROFILE = 'cpu'  # the profile whose runs write results/tables, results/figures, results/benchmarks and results/README.md
 
@@ -812,6 +813,7 @@ def _collect_outputs(run_dir: Path, before: dict, step: str, run: str, state: st
         got.append(f'{kind}/{f.name}')
     return got
 
+# %% ../../nbs/21_batch.ipynb #f6a4db90
 @contextlib.contextmanager
 def _profile_lock(folder: Path, profile: str | None = None):
     import fcntl
@@ -847,6 +849,7 @@ def _check_device(steps: list):
     raise BatchError(f"device=cuda ({', '.join(want)}) but torch {torch.__version__} sees no CUDA GPU here ({why}). "
                      "Install a CUDA build of torch (README, 'Using a GPU'), or run the `cpu` profile, or pass `-p device auto`.")
 
+# %% ../../nbs/21_batch.ipynb #8001c403
 TRAIN_MARGIN_S = float(os.environ.get('NPM_NB_TRAIN_MARGIN_S', 45))  # with a time budget, training checkpoints and stops this long before the deadline
 MIN_STEP_S = float(os.environ.get('NPM_NB_MIN_STEP_S', 30))  # with less time left than this, no further step is started
 
@@ -890,6 +893,36 @@ def _call_order(steps: list, old: dict) -> list:
         late |= more
     return [s for s in steps if s['name'] not in late] + [s for s in steps if s['name'] in late]
 
+# %% ../../nbs/21_batch.ipynb #bbcc80fa
+def _run_folder(profile: str, prof_dir: Path, # `results_dir('runs', profile)`
+                new: bool, echo) -> tuple:
+    "`(run folder, status)`: the latest unfinished run of `profile` that this checkout started (unless `new`), or a new one."
+    last = latest_run(profile)
+    if last and not new and _started_here(last) and _unfinished(last):  # a damaged status.json: a BatchError that says to pass --new
+        run_dir = last; status = _status(run_dir)
+        echo(f'Resuming the unfinished run {run_dir} (pass --new for a fresh run).')
+    else:
+        if last and not new and not _started_here(last) and _unfinished(last):
+            echo(f'The unfinished run {last} was not started in this checkout (it came with the clone): starting a new run.')
+        run_dir = prof_dir/new_run_id(prof_dir); run_dir.mkdir(parents=True); (run_dir/LOCAL_MARK).touch()
+        status = {'profile': profile, 'run_id': run_dir.name,
+                  'started': datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'), 'finished': None, 'steps': {}}
+        echo(f'New run {run_dir}')
+    return run_dir, status
+
+def _write_run_config(run_dir: Path, cfg: dict, steps: list):
+    "The run's `config.yaml` (the profile as run, each step's notebook and parameters) and `env.json`; a different earlier one is archived."
+    config = {'profile': cfg['profile'], 'shared': cfg['params'], 'overrides': cfg.get('overrides', []),
+              'steps': {s['name']: {'notebook': str(Path(s['path']).relative_to(project_root()) if Path(s['path']).is_relative_to(project_root()) else s['path']),
+                                    'after': s['after'], 'params': s['params']} for s in steps}}
+    text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
+    if (run_dir/'config.yaml').exists() and (run_dir/'config.yaml').read_text() != text: _archive(run_dir/'config.yaml')
+    atomic_write_text(run_dir/'config.yaml', text)
+    env = json.loads(json.dumps(env_info(), default=str))
+    if (run_dir/'env.json').exists() and json.loads((run_dir/'env.json').read_text()) != env: _archive(run_dir/'env.json')
+    atomic_write_json(run_dir/'env.json', env)
+
+# %% ../../nbs/21_batch.ipynb #ca35db3a
 def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
               overrides=(), # (name, value) pairs from `-p`
               new: bool = False, # start a new run even if the latest one is unfinished
@@ -915,29 +948,11 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
     prof_dir = results_dir('runs', cfg['profile'])
     pub = publishes(cfg['profile'], publish)
     with _profile_lock(prof_dir, cfg['profile']):
-        last = latest_run(cfg['profile'])
-        if last and not new and _started_here(last) and _unfinished(last):  # a damaged status.json: a BatchError that says to pass --new
-            run_dir = last; status = _status(run_dir)
-            echo(f'Resuming the unfinished run {run_dir} (pass --new for a fresh run).')
-        else:
-            if last and not new and not _started_here(last) and _unfinished(last):
-                echo(f'The unfinished run {last} was not started in this checkout (it came with the clone): starting a new run.')
-            run_dir = prof_dir/new_run_id(prof_dir); run_dir.mkdir(parents=True); (run_dir/LOCAL_MARK).touch()
-            status = {'profile': cfg['profile'], 'run_id': run_dir.name,
-                      'started': datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'), 'finished': None, 'steps': {}}
-            echo(f'New run {run_dir}')
+        run_dir, status = _run_folder(cfg['profile'], prof_dir, new, echo)
         out_root = results_dir() if pub else run_dir  # where the steps write tables, figures, benchmarks and the page
         if not pub: echo(f"Profile {cfg['profile']!r} is not the committed one ({COMMITTED_PROFILE!r}): its tables, figures and "
                          f"page go to {run_dir}, results/ is left as it is.")
-        config = {'profile': cfg['profile'], 'shared': cfg['params'], 'overrides': cfg.get('overrides', []),
-                  'steps': {s['name']: {'notebook': str(Path(s['path']).relative_to(project_root()) if Path(s['path']).is_relative_to(project_root()) else s['path']),
-                                        'after': s['after'], 'params': s['params']} for s in steps}}
-        text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
-        if (run_dir/'config.yaml').exists() and (run_dir/'config.yaml').read_text() != text: _archive(run_dir/'config.yaml')
-        atomic_write_text(run_dir/'config.yaml', text)
-        env = json.loads(json.dumps(env_info(), default=str))
-        if (run_dir/'env.json').exists() and json.loads((run_dir/'env.json').read_text()) != env: _archive(run_dir/'env.json')
-        atomic_write_json(run_dir/'env.json', env)
+        _write_run_config(run_dir, cfg, steps)
         old = status['steps']; status['steps'] = {}
         ran, run_name, stopped = set(), f"{cfg['profile']}/{run_dir.name}", False
         order = _call_order(steps, old)
@@ -994,7 +1009,6 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
         if readme: write_results_readme(run_dir=run_dir, root=out_root)
     echo('\n' + summary_table(status))
     return {**status, 'run_dir': str(run_dir), 'budget_reached': stopped, 'published': pub}
-
 
 # %% ../../nbs/21_batch.ipynb #4a647137
 def describe(params_folder=None, experiments_folder=None) -> str:

