@@ -22,7 +22,8 @@ from ..npm.inference import exact_search, MASK
 __all__ = ['chunk_documents', 'join_bert', 'doc_input_ids', 'null_doc_ids', 'query_input_ids', 'pad_ids', 'Retriever',
            'save_retriever', 'load_retriever', 'embed_documents', 'mips', 'reader_inputs', 'masked_logits',
            'reader_log_probs', 'marginal_log_likelihood', 'retrieval_weights', 'RealmBatch', 'REALM', 'DocumentIndex',
-           'RealmPrediction', 'reader_scores', 'retrieval_utility', 'eval_open_set_realm']
+           'RealmPrediction', 'reader_scores', 'retrieval_utility', 'eval_open_set_realm', 'mask_marginal',
+           'eval_closed_set_realm']
 
 # %% ../../nbs/18_realm.ipynb #81421bbe
 def chunk_documents(docs, # a table with `text` (+ optional `id`, `title`): a `datasets.Dataset`, dict of lists or DataFrame
@@ -489,4 +490,63 @@ def eval_open_set_realm(model: REALM, task, # an open-set task name or Task
     table, s = open_table(t, df, answers, [[p.text] for p in preds], 'REALM' + (' (gold length)' if gold_length else ''),
                            seconds, by, extra, gold_length=gold_length, k=k, null_doc=null_doc)
     s['recall_at_k'] = float(100 * np.mean(extra['answer_in_docs'])) if len(df) else float('nan')
+    return table, s
+
+# %% ../../nbs/18_realm.ipynb #c10sed02
+@torch.no_grad()
+def mask_marginal(model: REALM, x_ids: list, # `[CLS] x [SEP]` of each query, with exactly one mask token
+                  index: DocumentIndex, k: int = 4, null_doc: bool = True, batch_size: int = 16,
+                  cols=None, # vocabulary ids to return (None: the whole vocabulary)
+                 ) -> tuple:
+    "Σ_z p(z|x) p(·|z,x) at each query's mask (the reader's full softmax), over its top-k chunks (+∅): `(marginal [Q, len(cols)], rows [Q, k], p(z|x) [Q, K])`."
+    tok, dev = model.tok, model.device
+    if any(x.count(tok.mask_token_id) != 1 for x in x_ids): raise ValueError("mask_marginal needs exactly one mask token per query")
+    q = torch.cat([model.embed_queries(x_ids[a:a + batch_size]) for a in range(0, len(x_ids), batch_size)])
+    rows = mips(index.vectors, q.float().cpu().numpy(), k)
+    cols = torch.arange(len(tok), device=dev) if cols is None else torch.as_tensor(cols, device=dev)
+    K = k + int(null_doc)
+    out, prior = [], []
+    for a in range(0, len(x_ids), batch_size):
+        B = len(x_ids[a:a + batch_size]); rr = rows[a:a + B]
+        docs = [index.doc_ids[r] for r in rr.ravel()] + ([null_doc_ids(tok)] if null_doc else [])
+        ids, att, _ = pad_ids(docs, tok.pad_token_id)
+        d = model.retriever.embed_doc(ids.to(dev), att.to(dev))
+        f = torch.einsum('bd,bkd->bk', q[a:a + B], d[:B * k].view(B, k, -1))
+        if null_doc: f = torch.cat([f, (q[a:a + B] @ d[-1])[:, None]], 1)
+        pz = f.float().softmax(-1); prior.append(pz.cpu())
+        xs = [x_ids[a + b] for b in range(B) for _ in range(K)]
+        zs = [z for row in rr for z in [index.bodies[r] for r in row] + ([[]] if null_doc else [])]
+        rin = [t.to(dev) for t in reader_inputs(tok, xs, zs, model.max_len)]
+        at = torch.tensor([(i, x.index(tok.mask_token_id)) for i, x in enumerate(xs)], device=dev)
+        lg = masked_logits(model.reader, *rin, at).float()
+        mix = (lg.softmax(-1).view(B, K, -1) * pz[:, :, None]).sum(1)   # [B, V]
+        out.append(mix[:, cols].cpu())
+    return torch.cat(out).numpy().astype(np.float64), rows, torch.cat(prior).numpy()
+
+def eval_closed_set_realm(model: REALM, task, # a closed-set task name or Task
+                          index: DocumentIndex, # the task's reference corpus, embedded by this model's retriever
+                          label_words=None, # one word per label (default: the task's label words), or label ↦ words
+                          k: int = 4, null_doc: bool = True,
+                          n: int | None = None, rows=None, # a seeded n of the task's rows, or the rows themselves
+                          max_query_len: int = 128, # query tokens kept around the mask
+                          batch_size: int = 16) -> tuple:
+    "Accuracy of REALM's marginal at the mask over the label words (as the MLM baseline): `(per-example table, summary)`."
+    from npm_nb.npm.evaluation import task_rows, closed_table, check_verbalizer, word_id
+    from npm_nb.data.tasks import make_query
+    t, df = task_rows(task, rows, n)
+    if label_words is None: label_words = list(t.label_names)
+    verb = label_words if isinstance(label_words, dict) else {w: [w] for w in label_words}
+    if len(verb) != len(t.label_names): raise ValueError(f"{len(verb)} label words for {len(t.label_names)} labels")
+    check_verbalizer(verb, model.tok)
+    ids = [[word_id(model.tok, w) for w in ws] for ws in verb.values()]
+    flat = [i for ws in ids for i in ws]
+    x = [query_input_ids(model.tok, make_query(t, r['text'], MASK, r.get('text_b')), max_query_len) for r in df.to_dict('records')]
+    was = model.training; model.eval(); t0 = time.perf_counter()
+    mix, rows_, pz = mask_marginal(model, x, index, k, null_doc, batch_size, cols=flat)
+    seconds = time.perf_counter() - t0; model.train(was)
+    probs, o = np.zeros((len(df), len(ids))), 0
+    for j, ws in enumerate(ids): probs[:, j] = mix[:, o:o + len(ws)].sum(1); o += len(ws)
+    table, s = closed_table(t, df, probs, 'REALM', seconds, k=k, null_doc=null_doc)
+    table['p_null'] = pz[:, -1] if null_doc else 0.0
+    table['title'] = [index.chunks['title'][r[0]] for r in rows_]
     return table, s

@@ -18,7 +18,7 @@ from .inference import (BM25Retriever, block_texts, bm25_query, check_bm25, chec
 
 # %% auto #0
 __all__ = ['EVALUATIVE_HEADS', 'JUDGEMENT_EXTRA', 'exact_match', 'group_em', 'macro_em', 'accuracy', 'majority_baseline',
-           'roc_auc', 'auc_se', 'label_scores', 'macro_auc', 'prior_corrected', 'closed_predictions',
+           'roc_auc', 'auc_se', 'label_scores', 'macro_auc', 'prior_corrected', 'closed_predictions', 'grouped_mean',
            'paired_difference', 'mean_se', 'gap_text', 'vader_lexicon', 'wordnet_lemmas', 'sentiment_words', 'WordNet',
            'load_wordnet', 'judgement_words', 'token_pieces', 'is_single_token', 'check_verbalizer',
            'single_token_words', 'balance', 'plain_verbalizer', 'fuzzy_candidates', 'fuzzy_verbalizer', 'task_rows',
@@ -130,13 +130,28 @@ def closed_predictions(probs) -> np.ndarray:
     return np.where(p.sum(1) > 0, p.argmax(1), -1)
 
 # %% ../../nbs/14_evaluation.ipynb #abe80be2
-def paired_difference(a, b) -> tuple:
-    "`(mean of a − b in points, its standard error)` for per-example scores (0/1 or %) of two models on the same examples."
+def grouped_mean(x, # per-example scores
+                 groups=None, # per-example group labels (e.g. answer-length buckets): average the group means
+                ) -> tuple:
+    "`(mean, its standard error)`: the plain mean (SE = sd/√n), or with `groups` the mean of the group means (SE = √(Σ_g s_g²/n_g) / G)."
+    x = np.asarray(x, float)
+    groups = np.zeros(len(x), int) if groups is None else np.asarray(groups)
+    if groups.shape != x.shape: raise ValueError(f"{groups.shape[0] if groups.ndim else 0} group labels for {len(x)} scores: give one per score")
+    if not len(x): return float('nan'), float('nan')
+    means, var = [], 0.0
+    for g in pd.unique(groups):
+        v = x[groups == g]
+        means.append(v.mean()); var += v.var(ddof=1) / len(v) if len(v) > 1 else float('nan')   # one example: no spread to measure
+    return float(np.mean(means)), float(np.sqrt(var) / len(means))
+
+def paired_difference(a, b, # per-example scores (0/1 or %) of two models on the same examples, in the same order
+                      groups=None, # per-example group labels: the difference of the macro averages over the groups
+                     ) -> tuple:
+    "`(mean of a − b in points, its standard error)`: per example, or of the macro average over `groups` (as strata)."
     a, b = np.asarray(a, float), np.asarray(b, float)
     if a.shape != b.shape: raise ValueError(f"paired scores need the same examples: {a.shape} vs {b.shape}")
     if a.max(initial=0) <= 1 and b.max(initial=0) <= 1: a, b = 100 * a, 100 * b
-    d = a - b
-    return float(d.mean()) if len(d) else float('nan'), float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float('nan')
+    return grouped_mean(a - b, groups)
 
 def mean_se(gaps, ses) -> tuple:
     "`(mean gap, its standard error)` over independent per-task gaps."

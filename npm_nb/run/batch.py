@@ -13,14 +13,15 @@ from ..core import (project_root, results_dir, data_dir, atomic_path, atomic_wri
                          read_json, hold_lock, LockedError)
 
 # %% auto #0
-__all__ = ['FREE_TEXT', 'PACKAGES', 'PAGE_LIMIT', 'KEY_FIGURE', 'LOCAL_MARK', 'OUTPUT_KINDS', 'COMMITTED_PROFILE',
-           'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml', 'deep_merge', 'params_dir', 'list_profiles',
-           'find_profile', 'load_profile', 'parse_value', 'apply_overrides', 'parameter_rule', 'implied_rule',
-           'rule_violation', 'experiments_dir', 'list_experiments', 'notebook_path', 'notebook_parameters',
-           'make_demo_notebook', 'value_matches', 'plan', 'new_run_id', 'env_info', 'step_key', 'run_step',
-           'to_jsonable', 'from_jsonable', 'StepCache', 'markdown_table', 'beside_paper', 'write_table', 'table_page',
-           'save_figure', 'latest_run', 'first_sentence', 'write_results_readme', 'publishes', 'summary_table',
-           'step_cache_dir', 'run_batch', 'describe', 'main']
+__all__ = ['FREE_TEXT', 'PACKAGES', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'LOCAL_MARK', 'OUTPUT_KINDS',
+           'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml', 'deep_merge', 'params_dir',
+           'list_profiles', 'find_profile', 'load_profile', 'parse_value', 'apply_overrides', 'parameter_rule',
+           'implied_rule', 'rule_violation', 'experiments_dir', 'list_experiments', 'notebook_path',
+           'notebook_parameters', 'make_demo_notebook', 'value_matches', 'plan', 'new_run_id', 'env_info', 'step_key',
+           'run_step', 'to_jsonable', 'from_jsonable', 'StepCache', 'markdown_table', 'beside_paper', 'write_table',
+           'table_page', 'save_figure', 'example_keys', 'example_rows', 'write_examples', 'read_examples', 'latest_run',
+           'first_sentence', 'write_results_readme', 'publishes', 'summary_table', 'step_cache_dir', 'run_batch',
+           'describe', 'main']
 
 # %% ../../nbs/21_batch.ipynb #3542fcce
 class BatchError(Exception):
@@ -668,6 +669,84 @@ def save_figure(fig, # a matplotlib figure
     with atomic_path(folder/f'{name}.png') as tmp: fig.savefig(tmp, format='png', dpi=dpi, bbox_inches='tight', metadata={'Software': None})
     atomic_write_json(folder/f'{name}.meta.json', _meta(title, profile, paper_ref, scale, reading, caption=caption))
     return folder/f'{name}.png'
+
+# %% ../../nbs/21_batch.ipynb #ex0a0002
+EXAMPLE_COLUMNS = ('task', 'key', 'system', 'hit')   # every per-example file has these; `group`, `pred` and others optional
+
+def _plain(v):
+    import numpy as np
+    "A JSON-able plain value of a table cell (lists and arrays element by element, numpy scalars as Python ones)."
+    if isinstance(v, (list, tuple, np.ndarray)): return [_plain(x) for x in v]
+    if hasattr(v, 'item'): v = v.item()
+    if v is None or (isinstance(v, float) and v != v): return None
+    return v if isinstance(v, (bool, int, float, str)) else str(v)
+
+def example_keys(df, # the evaluated rows (a DataFrame), in the order a system saw them
+                 cols, # the columns that identify an example, e.g. ['query', 'answers'] or ['text', 'label']
+                ) -> list:
+    "A stable key per row: 12 hex digits of a hash of its `cols` values (the k-th repeat of the same values: `<key>#k`)."
+    missing = [c for c in cols if c not in df.columns]
+    if missing: raise KeyError(f"example_keys: columns {missing} are not in the table (it has {list(df.columns)[:12]})")
+    seen, out = {}, []
+    for vals in zip(*(df[c] for c in cols)):
+        h = hashlib.sha1(json.dumps([_plain(v) for v in vals], ensure_ascii=False).encode()).hexdigest()[:12]
+        seen[h] = seen.get(h, 0) + 1
+        out.append(h if seen[h] == 1 else f'{h}#{seen[h]}')
+    return out
+
+def example_rows(table, # a per-example table of an evaluator (one row per example)
+                 task: str, # the task name
+                 system: str, # the row label of the system (the same label in every notebook that evaluates it)
+                 key_cols, # the columns `example_keys` hashes: the same for every system of a task family
+                 hit: str = 'hit', # the 0/1 column: EM for open-set tasks, `correct` for closed-set ones
+                 group=None, # a column name or per-row values averaged over first (the answer-length bucket of a macro EM)
+                 pred: str | None = 'pred', # the prediction column kept for reading (None: none)
+                 **extra, # more columns: name -> a column name of `table` or a list of values
+                ):
+    "The rows of a per-example file for one system on one task: `task, key, system, hit` (+ `group`, `pred`, extras)."
+    import numpy as np, pandas as pd
+    out = pd.DataFrame({'task': task, 'key': example_keys(table, key_cols), 'system': system,
+                        'hit': np.asarray(table[hit], dtype=bool).astype(int)})
+    if group is not None: out['group'] = table[group].to_numpy() if isinstance(group, str) else np.asarray(group)
+    if pred is not None and pred in table.columns: out['pred'] = table[pred].astype(str).to_numpy()
+    for c, v in extra.items(): out[c] = table[v].to_numpy() if isinstance(v, str) else list(v)
+    return out
+
+def write_examples(name: str, # the table family: `05_open_set` writes `05_open_set.examples.csv`
+                   rows, # a DataFrame (or list of them, e.g. from `example_rows`)
+                   title: str, # one line: what was evaluated
+                   profile: str | None = None, # the profile that produced it
+                   scale: dict | None = None,
+                   folder=None, # default `results/tables`
+                  ) -> Path:
+    "Write `<name>.examples.csv` (one row per system and example) and `<name>.examples.meta.json`, atomically."
+    import pandas as pd
+    df = pd.concat(rows, ignore_index=True) if isinstance(rows, (list, tuple)) else pd.DataFrame(rows).reset_index(drop=True)
+    missing = [c for c in EXAMPLE_COLUMNS if c not in df.columns]
+    if missing: raise ValueError(f"write_examples({name!r}): columns {missing} missing; build the rows with example_rows()")
+    if not df.hit.isin([0, 1]).all(): raise ValueError(f"write_examples({name!r}): `hit` must be 0 or 1 per example")
+    dup = df.duplicated(['task', 'system', 'key'])
+    if dup.any():
+        r = df[dup].iloc[0]
+        raise ValueError(f"write_examples({name!r}): {int(dup.sum())} repeated (task, system, key), e.g. {r.task!r} / {r.system!r}: "
+                         "each system scores an example once (give each variant its own system label)")
+    folder = Path(folder or results_dir('tables')); folder.mkdir(parents=True, exist_ok=True)
+    with atomic_path(folder/f'{name}.examples.csv') as tmp: df.to_csv(tmp, index=False)
+    meta = _meta(title, profile, None, scale, None)
+    meta['systems'] = {f'{t} | {s}': int(n) for (t, s), n in df.groupby(['task', 'system'], sort=False).size().items()}
+    atomic_write_json(folder/f'{name}.examples.meta.json', meta)
+    return folder/f'{name}.examples.csv'
+
+def read_examples(name: str, # the table family (`05_open_set`)
+                  profile: str | None = None, # None: any profile; else None when another profile wrote it
+                  folder=None):
+    "The per-example rows `write_examples` wrote (a DataFrame), or None when the file is missing or of another profile."
+    import pandas as pd
+    folder = Path(folder or results_dir('tables'))
+    p, m = folder/f'{name}.examples.csv', folder/f'{name}.examples.meta.json'
+    if not (p.exists() and m.exists()): return None
+    if profile is not None and json.loads(m.read_text()).get('profile') != profile: return None
+    return pd.read_csv(p, dtype={'key': str, 'task': str, 'system': str}, keep_default_na=False, na_values=[''])
 
 # %% ../../nbs/21_batch.ipynb #7204d5e4
 def latest_run(profile: str, root=None) -> Path | None:
