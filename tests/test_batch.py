@@ -54,7 +54,9 @@ def test_run_folder_failure_and_resume(ws):
     assert meta['run'] == f'tiny/{run.name}' and meta['step'] == '01_a' and (run/'tables'/'01_a.md').exists()
     assert not (ws['res']/'tables').exists() and not (ws['res']/'README.md').exists()
     page = (run/'README.md').read_text()
-    assert 'Demo table' in page and '| NPM | 1 |' in page and 'training steps: 2' in page and 'Holds.' in page
+    assert '- [Demo table](tables/01_a.md): Holds.' in page and '| NPM | 1 |' not in page  # one line a table on the page
+    table = (run/'tables'/'01_a.md').read_text()
+    assert '| NPM | 1 |' in table and 'training steps: 2' in table and 'Holds.' in table
     assert f'`{run.name}`' in page and 'Profile**: `tiny`' in page
 
     # re-run: resumes the same run; done steps are skipped; the failed one is retried (its first attempt archived)
@@ -133,7 +135,8 @@ def test_results_readme_is_deterministic(ws):
     ours = pd.DataFrame({'acc': [0.5]}, index=pd.Index(['NPM'], name='model'))
     write_table('05_demo', beside_paper(ours, {'NPM': {'acc': 87.2}}), title='T', profile='tiny', reading='R.')
     a = write_results_readme().read_text(); b = write_results_readme().read_text()
-    assert a == b and '| model | acc | acc (paper) |' in a and '| NPM | 0.5 | 87.2 |' in a
+    t = (ws['res']/'tables'/'05_demo.md').read_text()
+    assert a == b and '- [T](tables/05_demo.md): R.' in a and '| model | acc | acc (paper) |' in t and '| NPM | 0.5 | 87.2 |' in t
 
 def test_project_profiles_are_valid():
     "Every profile in params/ loads and checks against the experiment notebooks that exist (no execution)."

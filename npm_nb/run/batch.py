@@ -818,7 +818,7 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
     key = [(n, m) for n, m in figures if n == KEY_FIGURE]
     for n, m in key: L += [f"![{m.get('title', n)}](figures/{n}.png)", '', f"*{m.get('caption', m.get('title', n))}*", '']
     def flags(m):
-        f = [f"partial: step {m.get('step')} {m['step_state']}" if m.get('step_state') not in (None, 'done') else None,
+        f = [f"partial: written by step {m.get('step')} before it {m['step_state']}" if m.get('step_state') not in (None, 'done') else None,
              f"run {m['run']}" if this_run and m.get('run') and m['run'] != this_run else None]
         return ' *(' + '; '.join(x for x in f if x) + ')*' if any(f) else ''
     if tables:
@@ -923,10 +923,10 @@ def _check_device(steps: list):
     if not want: return
     import torch
     if torch.cuda.is_available(): return
-    why = (f"it is built for CUDA {torch.version.cuda}: check the driver with `nvidia-smi` (README: driver versions)"
+    why = (f"it is built for CUDA {torch.version.cuda}: check the driver with `nvidia-smi` (docs/gpu.md: driver versions)"
            if torch.version.cuda else "it is a CPU-only build")
     raise BatchError(f"device=cuda ({', '.join(want)}) but torch {torch.__version__} sees no CUDA GPU here ({why}). "
-                     "Install a CUDA build of torch (README, 'Using a GPU'), or run the `cpu` profile, or pass `-p device auto`.")
+                     "Install a CUDA build of torch (docs/gpu.md, 'Using a GPU'), or run the `cpu` profile, or pass `-p device auto`.")
 
 # %% ../../nbs/21_batch.ipynb #8001c403
 TRAIN_MARGIN_S = float(os.environ.get('NPM_NB_TRAIN_MARGIN_S', 45))  # with a time budget, training checkpoints and stops this long before the deadline

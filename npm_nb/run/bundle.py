@@ -560,7 +560,7 @@ def _readme(man: dict) -> str:
         L.append(f"  {p['name']}  {p['bytes'] / MiB:6.1f} MiB  sha256 {p['sha256']}  ({len(names)} items: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''})")
     L += ['', 'Install (resumable: run it again after adding parts):  python3 -m npm_nb.run.bundle install',
           'Run a profile in chunks of under 10 minutes:            python3 -m npm_nb.run.bundle run h100 --budget 480 --out $OUT --checkpoints',
-          'See README.md, "Offline GPU machines".']
+          'See docs/gpu.md, "Offline GPU machines", in the npm-nb repository.']
     return '\n'.join(L) + '\n'
 
 # %% ../../nbs/22_bundle.ipynb #545d8f76
