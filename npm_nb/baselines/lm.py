@@ -219,6 +219,15 @@ def _cut(text: str, stop) -> str:
     return text.strip()
 
 @torch.no_grad()
+def _last_logits(self: CausalLM, **kw) -> tuple:
+    "Next-token logits [B, V] (float32) at the last position, and the key/value cache; the output layer runs on that position only when it splits off."
+    if self._split_head:
+        out = self.model.get_decoder()(**kw, use_cache=True)
+        return self.model.get_output_embeddings()(out.last_hidden_state[:, -1]).float(), out.past_key_values
+    out = self.model(**kw, use_cache=True)
+    return out.logits[:, -1].float(), out.past_key_values
+
+@torch.no_grad()
 def _mixture_generate(self: CausalLM, groups: list, # per query: a list of prompts (one per document)
                       log_weights: list | None = None, # per query: log λ of each prompt (None: uniform)
                       max_new_tokens: int = 10, # tokens generated at most
@@ -233,8 +242,8 @@ def _mixture_generate(self: CausalLM, groups: list, # per query: a list of promp
           for i, g in enumerate(groups)]
     lw = torch.cat([w - torch.logsumexp(w, 0) for w in lw]).to(self.device)
     ids, att, pos = self._batch(seqs, left=True)
-    out = self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True)
-    past, logits, pos = out.past_key_values, out.logits[:, -1].float(), pos[:, -1:]
+    logits, past = self._last_logits(input_ids=ids, attention_mask=att, position_ids=pos)
+    pos = pos[:, -1:]
     new, done = [[] for _ in groups], [False] * len(groups)
     for _ in range(max_new_tokens):
         mix = torch.zeros((len(groups), logits.shape[-1]), device=self.device)
@@ -248,8 +257,7 @@ def _mixture_generate(self: CausalLM, groups: list, # per query: a list of promp
         if all(done): break
         tok_rows = torch.tensor(nxt, device=self.device)[owner][:, None]
         att = torch.cat([att, torch.ones_like(att[:, :1])], 1); pos = pos + 1
-        out = self.model(input_ids=tok_rows, attention_mask=att, position_ids=pos, past_key_values=past, use_cache=True)
-        past, logits = out.past_key_values, out.logits[:, -1].float()
+        logits, past = self._last_logits(input_ids=tok_rows, attention_mask=att, position_ids=pos, past_key_values=past)
     return [_cut(self.tok.decode(n), stop) for n in new]
 
 @torch.no_grad()
@@ -264,4 +272,4 @@ def _generate(self: CausalLM, prompts: list, max_new_tokens: int = 10, num_beams
         res.append(_cut(self.tok.decode(g[0, ids.shape[1]:], skip_special_tokens=True), stop))
     return res
 
-CausalLM.mixture_generate, CausalLM.generate = _mixture_generate, _generate
+CausalLM._last_logits, CausalLM.mixture_generate, CausalLM.generate = _last_logits, _mixture_generate, _generate
