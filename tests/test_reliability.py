@@ -502,6 +502,49 @@ def test_r2_2_missing_final_is_linked_on_the_next_call(run, tok, tmp_path):
     assert out.exists() and out.resolve().name == 'checkpoint-4', out
     assert same_weights(out, fin)
 
+def file_digests(d):
+    "sha256 of every file under folder `d`, by relative path (weights, configs, trainer state)."
+    import hashlib
+    d = Path(d)
+    return {p.relative_to(d).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob('*')) if p.is_file()}
+
+def finished_then_relinked(out, again):
+    "Unlink `out/final` of a finished run, call `again()`; check it relinks the last checkpoint and trains nothing."
+    cks = [p.name for p in list_checkpoints(out)]
+    assert len(cks) == 2 and (out/'final').resolve().name == cks[-1], (cks, (out/'final').resolve())
+    before = file_digests(out/cks[-1])
+    (out/'final').unlink()  # the crash point: after the last checkpoint, before `final`
+    got = Path(again())
+    assert got.exists() and got.resolve().name == cks[-1], got
+    assert (out/'final').exists() and (out/'final').resolve() == (out/cks[-1]).resolve()
+    assert [p.name for p in list_checkpoints(out)] == cks, 'a checkpoint was written or removed'
+    assert file_digests(out/cks[-1]) == before, 'the last checkpoint changed'
+
+def test_r2_2_missing_final_is_linked_replug(tok, tmp_path):
+    from npm_nb.baselines.replug import DenseRetriever, LSRConfig, train_lsr
+    from npm_nb.baselines.lm import CausalLM, tiny_causal_lm
+    ps = [dict(id=i, doc_id=i, title='', text=t) for i, t in zip(DOCS['id'], DOCS['text'])]
+    qs = [('Athens is', ' the capital of Greece.'), ('Seoul is', ' the capital of South Korea.')]
+    lm = CausalLM(tiny_causal_lm(tok, hidden=16, layers=1), tok, start_token='[CLS]', batch_size=4)
+    c = LSRConfig(steps=2, batch_size=2, k=2, lr=1e-3, reembed_every=100, save_every=1, keep_last=2, warmup_ratio=0.0,
+                  out_dir=str(tmp_path/'lsr'), device='cpu')
+    retriever = lambda: DenseRetriever(tiny_encoder(tok, hidden=16, layers=1, seed=1), tok, max_len=32)
+    train_lsr(c, retriever(), lm, ps, qs, progress=False)
+    finished_then_relinked(tmp_path/'lsr', lambda: train_lsr(c, retriever(), lm, ps, qs, progress=False))
+
+def test_r2_2_missing_final_is_linked_realm(tok, tmp_path):
+    from npm_nb.baselines.realm import REALM, Retriever, chunk_documents
+    from npm_nb.baselines.realm_pretraining import RealmConfig, realm_examples, train_realm
+    chunks = chunk_documents({'text': TOY, 'title': [t.split()[0] for t in TOY]}, tok, chunk_len=24)
+    ex = realm_examples(chunks, tok, 2, tagger='regex')
+    def model():
+        torch.manual_seed(0)
+        return REALM(Retriever(tiny_encoder(tok, hidden=16, layers=1)), tiny_encoder(tok, hidden=16, layers=1, masked_lm=True), tok)
+    c = RealmConfig(steps=2, batch_size=1, k=2, lr=1e-3, warmup=1, refresh='none', save_every=1, keep_last=2,
+                    out_dir=str(tmp_path/'realm'), device='cpu')
+    train_realm(c, ex, chunks, model(), progress=False)
+    finished_then_relinked(tmp_path/'realm', lambda: train_realm(c, ex, chunks, model(), progress=False))
+
 # ---------------------------------------------------------------- what loads as an NPM encoder
 def test_r2_9_causal_and_seq2seq_folders_are_refused(tok, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
