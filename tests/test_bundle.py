@@ -34,6 +34,7 @@ def _run(cmd, env=None, **kw):
 @slow
 def test_bundle_end_to_end(tmp_path, monkeypatch):
     import torch
+    from npm_nb.core import load_state
     from npm_nb.models import load_tokenizer
     from npm_nb.npm.training import TrainConfig, train, training_blocks, checkpoint_dir
     from npm_nb.run.bundle import export_checkpoint, DEVICE_CORE, call_plan
@@ -102,7 +103,7 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
     assert r.returncode == 0, r.stdout + r.stderr
     times['smoke step (01_train, training skipped)'] = time.time() - t0
     assert [p.name for p in restored.glob('checkpoint-*')] == ['checkpoint-2']  # nothing new was trained
-    st = torch.load(restored/'final'/'trainer_state.pt', weights_only=False)
+    st = load_state(restored/'final'/'trainer_state.pt')
     assert st['restored']['archive'] == ckpt.name and st['step'] == 2
     assert list((tmp_path/'results'/'runs'/'bundletest').glob('*/tables/train_retrieval.md'))   # not the committed profile: its run folder
     print('\n'.join(f'{k}: {v:.0f} s' for k, v in times.items()))

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from npm_nb.core import load_state
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
 
@@ -134,7 +135,7 @@ def test_ddp_train_loop(tmp_path):
     rows = [json.loads(l) for l in (out/'metrics.jsonl').read_text().splitlines()]
     assert [r['step'] for r in rows] == [1, 2, 3] and all(r['loss'] > 0 for r in rows)
     assert (out/'final'/'config.json').exists() and (out/'final'/'trainer_state.pt').exists()
-    state = torch.load(out/'final'/'trainer_state.pt', weights_only=False)
+    state = load_state(out/'final'/'trainer_state.pt')
     assert state['cursor'] == 3 * 2  # 3 steps x 2 accumulated batches (each rank takes cursor*world + rank)
 
 
