@@ -6,7 +6,9 @@ from nbdev.test import test_nb as run_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(p for p in (ROOT/'nbs').glob('*.ipynb') if not p.name.startswith('_'))
-FLAGS = os.environ.get('NPM_NB_TEST_FLAGS', '').split()  # e.g. NPM_NB_TEST_FLAGS=slow to run the #| slow cells too
+# `#| gpu` cells always run: without a CUDA GPU each one says why it skips (a CPU "Run All" goes through), with one it checks
+# the GPU path. NPM_NB_TEST_FLAGS=slow runs the #| slow cells too.
+FLAGS = sorted(set(os.environ.get('NPM_NB_TEST_FLAGS', '').split()) | {'gpu'})
 
 @pytest.mark.parametrize('nb', NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook(nb, monkeypatch):
