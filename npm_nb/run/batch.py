@@ -13,15 +13,15 @@ from ..core import (project_root, results_dir, data_dir, atomic_path, atomic_wri
                          read_json, hold_lock, LockedError)
 
 # %% auto #0
-__all__ = ['FREE_TEXT', 'PACKAGES', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'LOCAL_MARK', 'OUTPUT_KINDS',
+__all__ = ['FREE_TEXT', 'PACKAGES', 'WHERE_PARAMS', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'LOCAL_MARK', 'OUTPUT_KINDS',
            'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml', 'deep_merge', 'params_dir',
            'list_profiles', 'find_profile', 'load_profile', 'parse_value', 'apply_overrides', 'parameter_rule',
            'implied_rule', 'rule_violation', 'experiments_dir', 'list_experiments', 'notebook_path',
            'notebook_parameters', 'make_demo_notebook', 'value_matches', 'plan', 'new_run_id', 'env_info', 'step_key',
            'run_step', 'to_jsonable', 'from_jsonable', 'StepCache', 'markdown_table', 'beside_paper', 'write_table',
            'table_page', 'save_figure', 'example_keys', 'example_rows', 'write_examples', 'read_examples', 'latest_run',
-           'first_sentence', 'write_results_readme', 'publishes', 'summary_table', 'step_cache_dir', 'run_batch',
-           'describe', 'main']
+           'first_sentence', 'write_results_readme', 'publishes', 'summary_table', 'fit_precision', 'profile_key',
+           'step_cache_dir', 'run_batch', 'describe', 'main']
 
 # %% ../../nbs/21_batch.ipynb #3542fcce
 class BatchError(Exception):
@@ -418,11 +418,14 @@ def env_info() -> dict:
     return {'git_commit': _git('rev-parse', 'HEAD'), 'git_dirty': bool(status) if status is not None else None,
             'python': platform.python_version(), 'platform': platform.platform(), 'packages': vers, 'device': dev}
 
+WHERE_PARAMS = ('device', 'threads')  # where a step runs, not what it computes: left out of `step_key`
+
 def step_key(step: dict) -> str:
-    "A fingerprint of a step: its final parameters and its notebook's code cells."
+    "A fingerprint of a step: its final parameters (but `WHERE_PARAMS`) and its notebook's code cells."
     nb = json.loads(Path(step['path']).read_text(encoding='utf-8'))
     code = [''.join(c['source']) for c in nb['cells'] if c['cell_type'] == 'code']
-    blob = json.dumps({'params': step['params'], 'code': code}, sort_keys=True, default=str)
+    params = {k: v for k, v in step['params'].items() if k not in WHERE_PARAMS}
+    blob = json.dumps({'params': params, 'code': code}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 # %% ../../nbs/21_batch.ipynb #434bac7b
@@ -928,6 +931,34 @@ def _check_device(steps: list):
     raise BatchError(f"device=cuda ({', '.join(want)}) but torch {torch.__version__} sees no CUDA GPU here ({why}). "
                      "Install a CUDA build of torch (docs/gpu.md, 'Using a GPU'), or run the `cpu` profile, or pass `-p device auto`.")
 
+# %% ../../nbs/21_batch.ipynb #b21prec1
+def _amp_param(name: str) -> bool: return name == 'amp' or name.endswith('_amp')
+
+def _runs_on_cpu(device) -> bool:
+    d = str(device or 'auto')
+    if d.startswith('cuda'): return False
+    if d == 'auto':
+        import torch
+        return not torch.cuda.is_available()
+    return True
+
+def fit_precision(steps: list, # the plan's steps (changed in place)
+                  native: bool | None = None, # whether this CPU computes bf16 natively (default: asked of torch)
+                 ) -> list[str]:
+    "On a CPU without native bf16, the CPU steps' bf16 autocast parameters become fp32 (`none`); the changes as `step.param=none`."
+    hits = [(s, k) for s in steps if _runs_on_cpu(s['params'].get('device')) for k, v in s['params'].items() if _amp_param(k) and v == 'bf16']
+    if not hits: return []
+    if native is None:
+        from npm_nb.npm.training import cpu_bf16_native
+        native = cpu_bf16_native()
+    if native: return []
+    for s, k in hits: s['params'][k] = 'none'; s.setdefault('fitted', {})[k] = 'bf16'  # the profile's value, for `profile_key`
+    return [f"{s['name']}.{k}=none" for s, k in hits]
+
+def profile_key(step: dict) -> str:
+    "The step's key with the profile's precision (before `fit_precision`): a step done that way elsewhere stays done here."
+    return step_key({**step, 'params': {**step['params'], **step.get('fitted', {})}})
+
 # %% ../../nbs/21_batch.ipynb #8001c403
 TRAIN_MARGIN_S = float(os.environ.get('NPM_NB_TRAIN_MARGIN_S', 45))  # with a time budget, training checkpoints and stops this long before the deadline
 MIN_STEP_S = float(os.environ.get('NPM_NB_MIN_STEP_S', 30))  # with less time left than this, no further step is started
@@ -1013,6 +1044,7 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
               echo=print,
               time_budget: float | None = None, # seconds: stop cleanly by then (the same call again continues)
               publish: bool | None = None, # write results/ (tables, figures, page); None: only the committed profile does
+              keep_bf16: bool = False, # keep bf16 autocast on a CPU that emulates it (`fit_precision`)
              ) -> dict:
     "Run the experiments of `profile` into `results/runs/<profile>/<run id>/`; returns the run's status."
     deadline = time.time() + time_budget if time_budget else None
@@ -1020,6 +1052,11 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
     cfg['_cli_shared'] = [n for n, _ in overrides if '.' not in n]
     steps = plan(cfg, experiments_folder)
     cfg.pop('_cli_shared')
+    fitted = [] if keep_bf16 else fit_precision(steps)
+    if fitted:
+        echo(f"This CPU has no native bf16 (AVX512-BF16 / AMX): bf16 is emulated here, 5-10x slower than fp32, so these run in "
+             f"fp32: {', '.join(fitted)} (--keep-bf16 keeps bf16).")
+        cfg.setdefault('overrides', []).extend(f'{f} (no native bf16)' for f in fitted)
     if dry_run:
         for s in steps: echo(f"{s['name']:<24} after {s['after'] or '-'}  {s['params']}")
         return {'profile': cfg['profile'], 'steps': {s['name']: {'state': 'planned'} for s in steps}}
@@ -1045,7 +1082,7 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
                     status['steps'][s['name']] = {'state': 'skipped', 'seconds': 0.0, 'key': key,
                                                   'error': f"skipped: {', '.join(blocked)} did not finish"}
                     echo(f"[skip] {s['name']}: depends on {', '.join(blocked)}, which did not finish"); _save_status(run_dir, status); continue
-                if prev.get('state') == 'done' and prev.get('key') == key and not (set(s['after']) & ran):
+                if prev.get('state') == 'done' and prev.get('key') in (key, profile_key(s)) and not (set(s['after']) & ran):
                     status['steps'][s['name']] = {**prev, 'cached': True}
                     echo(f"[done] {s['name']}: already done in this run with the same parameters"); continue
                 if deadline and time.time() > deadline - MIN_STEP_S:
@@ -1109,6 +1146,7 @@ def main(argv=None):
     ap.add_argument('--new', action='store_true', help='start a new run instead of resuming the latest unfinished one')
     ap.add_argument('--dry-run', action='store_true', help='check the profile and print the plan; run nothing')
     ap.add_argument('--log-output', action='store_true', help="stream the notebooks' output")
+    ap.add_argument('--keep-bf16', action='store_true', help='keep bf16 autocast on a CPU without native bf16 (emulated: 5-10x slower than fp32)')
     ap.add_argument('--list', action='store_true', help='list profiles, experiments and their parameters')
     ap.add_argument('--time-budget', type=float, default=None, metavar='SECONDS',
                     help='stop cleanly after this many seconds (training checkpoints first); the same command again continues')
@@ -1125,7 +1163,7 @@ def main(argv=None):
         if not a.profile: ap.error('a profile is required (e.g. `cpu`); --list shows them')
         st = run_batch(a.profile, [tuple(p) for p in a.param], new=a.new, dry_run=a.dry_run, params_folder=a.params_dir,
                        experiments_folder=a.experiments_dir, log_output=a.log_output, time_budget=a.time_budget,
-                       publish=a.publish)
+                       publish=a.publish, keep_bf16=a.keep_bf16)
     except BatchError as e:
         print(f'error: {e}', file=sys.stderr); return 2
     except _BudgetInterrupt:  # rang outside a step (between steps, while the page was written): the run is saved
