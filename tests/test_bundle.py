@@ -1,10 +1,11 @@
 """The offline bundle (npm_nb.run.bundle).
 
-`test_device_calls_simulated` (about 3 minutes, always runs): the README's device sequence here, one process per call as
+`test_device_calls_simulated` (about 2 minutes, always runs): the README's device sequence here, one process per call as
 the device tool runs them: parts sized from the working tree (each fits one 64 MiB call with it), handed to the installer
-one call at a time; then `bundle run` calls with a time budget that cuts steps (training checkpoints and resumes, a
-cut step runs again next call), until the run is done; the pieces each call returns stay within the return limits;
-`bundle collect` here joins them into the run folder and keeps the checkpoint.
+one call at a time; then `bundle run` calls with a time budget that cuts training (it checkpoints and resumes) until
+training is done, as when the device's 15 minutes end; the pieces each call returns stay within the return limits;
+`bundle collect --finish-here` here joins them into the run folder and restores the checkpoint, and the batch finishes
+the steps the device did not reach on this CPU (the device's steps stay done).
 
 `test_bundle_end_to_end` is slow (10-20 minutes) and runs only with NPM_NB_TEST_BUNDLE=1 (`make bundle-test`): with
 PyPI reachable, train a tiny run, build the bundle for this machine's Python with that checkpoint in it; then, as on a
@@ -115,7 +116,7 @@ SIM05 = dict(rows='npm,npm_dense,init,bm25', per_bucket=4, compare_random_slice=
 
 
 def test_device_calls_simulated(tmp_path):
-    "#27: the README's device sequence, call by call: parts that fit with the tree, installs, budget-cut runs that resume, collect."
+    "#27: the README's device sequence, call by call: parts that fit with the tree, installs, budget-cut runs that resume, collect, finish here."
     from npm_nb.run.bundle import build, call_plan, collect, tree_bytes, CALL_LIMIT_MB, MiB
     from npm_nb.run.batch import list_experiments
     t_all = time.time()
@@ -158,10 +159,10 @@ def test_device_calls_simulated(tmp_path):
         **off, '01_train': {'params': SIM}, '05_open_set': {'params': SIM05}}}))
     calls, states, outs, progress = 0, [], [], []
     metrics = dev/'data'/'cache'/'checkpoints'/'smoke'/'npm'/'metrics.jsonl'
-    while calls < 12:   # on a quiet machine 2-4 calls; a loaded one makes less progress a call, never none
+    while calls < 12:   # on a quiet machine 2 calls; a loaded one makes less progress a call, never none
         calls += 1; out = tmp_path/f'out{calls}'; outs.append(out)
         # the first call cuts training (about 20 s of it: 1,000 steps take 25-40 s); later ones leave about 25 s of work
-        # after the start and the margins, enough to finish training and most of 05 (a loaded machine cuts 05 too)
+        # after the start and the margins, enough to finish training (a loaded machine needs another call)
         budget = '45' if calls == 1 else '60'
         r = _run([sys.executable, '-m', 'npm_nb.run.bundle', 'run', 'smoke', '--budget', budget, '--reserve', '12', '--out', out,
                   '--checkpoints', '--params-dir', prof], env=env)
@@ -170,29 +171,82 @@ def test_device_calls_simulated(tmp_path):
         assert len(files) <= 8 and all(f.stat().st_size <= 16 * MiB for f in files) and sum(f.stat().st_size for f in files) <= 64 * MiB
         st = json.loads(next((dev/'results'/'runs'/'smoke').glob('*/status.json')).read_text())
         states.append({n: (s['state'], s.get('cuts', 0)) for n, s in st['steps'].items()})
-        if r.returncode == 0: break
-        progress.append((sum(s == 'done' for s, _ in states[-1].values()), len(metrics.read_text().splitlines()) if metrics.exists() else 0,
-                         len(list((dev/'data'/'cache'/'steps').rglob('*.json')))))
+        if r.returncode == 0 or states[-1]['01_train'][0] == 'done': break   # the device's time is up once training is done
+        progress.append((len(metrics.read_text().splitlines()) if metrics.exists() else 0,))
         assert len(progress) < 4 or len(set(progress[-4:])) > 1, f'calls {calls - 2}-{calls} made no progress: {states}'
     print('calls:', states)
-    assert {n: s for n, (s, _) in states[-1].items()} == {'01_train': 'done', '05_open_set': 'done'}, states
-    assert calls >= 2 and any(s == 'interrupted' for st_ in states[:-1] for s, _ in st_.values()), 'no call was cut'
+    assert calls >= 2 and states[0]['01_train'][0] == 'interrupted', f'the first call did not cut training: {states}'
     # training went on from its checkpoint: one metric line a logged step, none twice
-    steps = [json.loads(l)['step'] for l in (dev/'data'/'cache'/'checkpoints'/'smoke'/'npm'/'metrics.jsonl').read_text().splitlines()]
+    steps = [json.loads(l)['step'] for l in metrics.read_text().splitlines()]
     assert steps == list(range(SIM['log_every'], SIM['steps'] + 1, SIM['log_every'])), steps
 
-    # 05's rows: each computed once over its attempts (a cut attempt's finished rows are reused by the next: StepCache)
-    final05 = (dev/'results'/'runs'/'smoke').glob('*/05_open_set.ipynb')
-    used = re.search(r'StepCache\([^:]*: (\d+) parts reused, (\d+) stored this time\)', next(final05).read_text())
-    n_parts = 4 * 4 + 2 * 2   # rows x tasks, and npm / init on the two other question templates
-    assert used and int(used.group(1)) + int(used.group(2)) == n_parts, used
-    print(f"05's final attempt reused {used.group(1)} of {n_parts} parts")
-
-    # 4. here: collect what the calls returned
-    got = collect(*outs, dest=tmp_path/'here')
-    assert not got['incomplete'] and 'ckpt-smoke-npm.tar.xz' in got['done'], got
-    run = next((tmp_path/'here'/'results'/'runs'/'smoke').glob('2*'))
-    assert json.loads((run/'status.json').read_text())['finished'] and (run/'tables'/'05_open_set.md').exists()
-    assert 'Open-set' in (run/'README.md').read_text() and not (run/'.started-here').exists()
-    assert not (tmp_path/'here'/'results'/'tables').exists()   # smoke is not the committed profile
+    # 4. here: collect what the calls returned; the steps the device did not reach are finished here, on this CPU
+    here = tmp_path/'here'; (here/'data').mkdir(parents=True)
+    for d in ('processed', 'raw'): (here/'data'/d).symlink_to(ROOT/'data'/d)
+    env_here = {**env, 'NPM_NB_DATA': str(here/'data'), 'NPM_NB_RESULTS': str(here/'results')}
+    c = _run([sys.executable, '-m', 'npm_nb.run.bundle', 'collect', '--finish-here', '--dest', here, *outs], env=env_here)
+    assert c.returncode == 0 and 'ckpt-smoke-npm.tar.xz' in c.stdout, c.stdout + c.stderr
+    run = next((here/'results'/'runs'/'smoke').glob('2*'))
+    assert (here/'data'/'cache'/'checkpoints'/'smoke'/'npm'/'final'/'config.json').exists()   # restored here
+    if r.returncode == 0:   # a fast machine finished 05 in the same call: nothing is left to do here
+        assert 'nothing to finish here' in c.stdout, c.stdout
+    else:
+        assert '-p device cpu` finishes them here' in c.stdout, c.stdout
+        f = _run([sys.executable, '-m', 'npm_nb.run.batch', 'smoke', '-p', 'device', 'cpu', '--params-dir', prof], env=env_here)
+        assert f.returncode == 0, f.stdout + f.stderr
+        assert f'Resuming the unfinished run {run}' in f.stdout and '[done] 01_train: already done' in f.stdout, f.stdout
+        assert '[run ] 05_open_set' in f.stdout
+        # 05 here computed every part of its table (the device's step cache stays there)
+        used = re.search(r'StepCache\([^:]*: (\d+) parts reused, (\d+) stored this time\)', (run/'05_open_set.ipynb').read_text())
+        n_parts = 4 * 4 + 2 * 2   # rows x tasks, and npm / init on the two other question templates
+        assert used and int(used.group(1)) + int(used.group(2)) == n_parts, used
+    st = json.loads((run/'status.json').read_text())
+    assert st['finished'] and {n: s['state'] for n, s in st['steps'].items()} == {'01_train': 'done', '05_open_set': 'done'}, st
+    assert (run/'tables'/'05_open_set.md').exists() and 'Open-set' in (run/'README.md').read_text()
+    assert not (here/'results'/'tables').exists()   # smoke is not the committed profile
     print(f'simulated device session: {calls} run calls, {time.time() - t_all:.0f} s in all')
+
+
+def test_finish_here_after_the_device_time_ends(tmp_path, monkeypatch):
+    """#27: a run whose calls ended after its first step (the device's 15 minutes are up) comes back, and the rest runs here.
+
+    "There" runs with bf16 kept (a GPU, or a CPU with native bf16); here the CPU has none, so the step left over runs in
+    fp32 (`fit_precision`) while the step done there stays done (`profile_key`): nothing runs twice, the run finishes."""
+    import yaml
+    from npm_nb.run import batch
+    from npm_nb.run.batch import make_demo_notebook, run_batch
+    from npm_nb.run.bundle import pack, send, collect
+    import npm_nb.npm.training as training
+    P = "profile: str = 'smoke'  # profile\ndevice: str = 'auto'  # device\namp: str = 'none'  # autocast\n"
+    ex, pa, log = tmp_path/'experiments', tmp_path/'params', tmp_path/'ran.txt'
+    body = lambda name: (f"import time; time.sleep(3)\nopen({str(log)!r}, 'a').write(f'{name} {{device}} {{amp}}\\n')\n"
+                         "import pandas as pd\nfrom npm_nb.run.batch import write_table\n"
+                         f"write_table('{name}', pd.DataFrame({{'amp': [amp]}}), title='{name}', profile=profile)")
+    make_demo_notebook(ex/'01_a.ipynb', P, body('01_a')); make_demo_notebook(ex/'02_b.ipynb', P, body('02_b'))
+    pa.mkdir()
+    (pa/'base.yaml').write_text(yaml.safe_dump({'params': {'device': 'cpu', 'amp': 'bf16'},
+                                                'notebooks': {'01_a': {}, '02_b': {'after': ['01_a']}}}))
+    (pa/'lent.yaml').write_text('params: {}\n')
+    kw = dict(params_folder=pa, experiments_folder=ex, echo=print)
+
+    # there: the budget lets 01_a start and leaves too little for 02_b (MIN_STEP_S of the budget's 60 s is 57)
+    monkeypatch.setenv('NPM_NB_RESULTS', str(tmp_path/'there'/'results')); monkeypatch.setenv('NPM_NB_DATA', str(tmp_path/'there'/'data'))
+    monkeypatch.setattr(batch, 'MIN_STEP_S', 57.0)
+    st = run_batch('lent', time_budget=60, keep_bf16=True, **kw)
+    assert {n: s['state'] for n, s in st['steps'].items()} == {'01_a': 'done', '02_b': 'pending'} and st['budget_reached']
+    pack('lent', outbox=tmp_path/'outbox'); send(tmp_path/'out1', outbox=tmp_path/'outbox')
+
+    # here: collect --finish-here marks the run; the batch resumes it on a CPU without native bf16
+    here = tmp_path/'here'
+    monkeypatch.setenv('NPM_NB_RESULTS', str(here/'results')); monkeypatch.setenv('NPM_NB_DATA', str(here/'data'))
+    monkeypatch.setattr(batch, 'MIN_STEP_S', 30.0); monkeypatch.setattr(training, 'cpu_bf16_native', lambda: False)
+    got = collect(tmp_path/'out1', dest=here, finish_here=True)
+    assert got['finish_here'] == ['python -m npm_nb.run.batch lent -p device cpu'], got
+    st2 = run_batch('lent', overrides=[('device', 'cpu')], **kw)
+    assert st2['run_dir'] == str(here/'results'/'runs'/'lent'/Path(st['run_dir']).name)
+    assert st2['steps']['01_a'].get('cached') and st2['steps']['02_b']['state'] == 'done'
+    assert log.read_text().splitlines() == ['01_a cpu bf16', '02_b cpu none'], log.read_text()   # each ran once
+    run = Path(st2['run_dir'])
+    assert json.loads((run/'status.json').read_text())['finished'] and (run/'tables'/'02_b.md').exists()
+    cfg = yaml.safe_load((run/'config.yaml').read_text())
+    assert '02_b.amp=none (no native bf16)' in cfg['overrides'] and cfg['steps']['02_b']['params']['amp'] == 'none'

@@ -11,11 +11,11 @@ from ..core import project_root, data_dir, results_dir, atomic_write_json, load_
 
 # %% auto #0
 __all__ = ['MiB', 'DEVICE_PINS', 'DEVICE_PRESENT', 'DEVICE_CORE', 'BUILD_ONLY', 'OPTIONAL', 'RUNTIME_RAW', 'NODEPS_WHEELS',
-           'MODEL_FOLDERS', 'CALL_LIMIT_MB', 'PART_NAME', 'RUN_NEEDS', 'VERSION_NAMES', 'bundle_requirements',
-           'platform_tags', 'resolve', 'wheel_plan', 'download_wheels', 'sha256', 'tree_bytes', 'part_budget_mb',
-           'pack_data', 'pack_model', 'restore_model', 'trained_finals', 'export_checkpoint', 'restore_checkpoint',
-           'write_parts', 'installed', 'install', 'build', 'call_plan', 'run', 'pack', 'send', 'collect', 'versions',
-           'main']
+           'MODEL_FOLDERS', 'CALL_LIMIT_MB', 'PART_NAME', 'RUN_NEEDS', 'FINISH_NEEDS', 'VERSION_NAMES',
+           'bundle_requirements', 'platform_tags', 'resolve', 'wheel_plan', 'download_wheels', 'sha256', 'tree_bytes',
+           'part_budget_mb', 'pack_data', 'pack_model', 'restore_model', 'trained_finals', 'export_checkpoint',
+           'restore_checkpoint', 'write_parts', 'installed', 'install', 'build', 'call_plan', 'run', 'pack', 'send',
+           'collect', 'gpu_notebooks', 'gpu_tests', 'versions', 'main']
 
 # %% ../../nbs/22_bundle.ipynb #67351de3
 MiB = 2**20
@@ -639,9 +639,12 @@ def send(out, max_files: int = 8, max_mb: float = 16, max_total_mb: float = 60, 
          + (f"; {len(left)} left for the next call (python3 -m npm_nb.run.bundle send $OUT): {', '.join(left)}" if left else ''))
     return sent
 
-def collect(*folders, dest=None, restore: bool = False) -> dict:
+def collect(*folders, dest=None, restore: bool = False,
+            finish_here: bool = False, # mark the unfinished runs that came back (training done) to be finished here; restores
+           ) -> dict:
     "Here, from fetched files: join the pieces; unpack results into the checkout; keep checkpoints in `dist/checkpoints/`."
-    dest = Path(dest or project_root()); got = {}
+    dest = Path(dest or project_root()); got = {}; runs = []
+    restore = restore or finish_here
     for f in [p for d in folders for p in Path(d).glob('*.*of*')]:
         name, _, frac = f.name.rpartition('.'); i, n = map(int, frac.split('of'))
         got.setdefault(name, {})[i] = f; got[name]['n'] = n
@@ -658,15 +661,88 @@ def collect(*folders, dest=None, restore: bool = False) -> dict:
         with open(whole, 'wb') as w:
             for p in pieces: w.write(p.read_bytes())
         if name.startswith('results-'):
+            with tarfile.open(whole) as t:
+                runs += [dest/Path(m).parent for m in t.getnames() if re.fullmatch(r'results/runs/[^/]+/[^/]+/status\.json', m)]
             _extract(whole, dest)
             done[name] = str(dest/'results')
         else:
             keep = dest/'dist'/'checkpoints'/name; keep.parent.mkdir(parents=True, exist_ok=True); os.replace(whole, keep)
-            done[name] = str(keep) + (f' -> {restore_checkpoint(keep)}' if restore else '')
+            done[name] = str(keep)
+            if restore:
+                try: done[name] += f' -> {restore_checkpoint(keep)}'
+                except FileExistsError as e: done[name] += f' (not restored: {e})'  # collected twice: the first one stays
         for p in pieces: p.unlink()
         if whole.exists(): whole.unlink()
     _log(f'collected: {done or "-"}' + (f'; incomplete: {incomplete}' if incomplete else ''))
-    return {'done': done, 'incomplete': incomplete}
+    return {'done': done, 'incomplete': incomplete, 'runs': [str(r) for r in runs],
+            'finish_here': [_finish_here(r) for r in runs] if finish_here else []}
+
+FINISH_NEEDS = ('01_train',)  # steps that must be done where the run began before the rest can be finished here (on a CPU)
+
+def _finish_here(run_dir: Path) -> str | None:
+    "Mark an unfinished run that came back as started here (the batch then resumes it), unless its training is unfinished."
+    from npm_nb.run.batch import LOCAL_MARK
+    st = json.loads((run_dir/'status.json').read_text()); profile = run_dir.parent.name
+    todo = [n for n, s in st.get('steps', {}).items() if s.get('state') != 'done']
+    if not todo: _log(f'{run_dir.name}: finished there, nothing to finish here'); return None
+    unready = [n for n in FINISH_NEEDS if n in todo]
+    if unready:
+        _log(f"{run_dir.name}: {', '.join(unready)} did not finish there, and training at that profile's size on a CPU would take "
+             f"days: give it more GPU calls (`python3 -m npm_nb.run.bundle run {profile} ...`), then collect again")
+        return None
+    if any(n in st['steps'] for n in FINISH_NEEDS) and not trained_finals(profile):
+        _log(f"{run_dir.name}: its trained checkpoint is not here yet (ckpt-{profile}-*.tar.xz comes back in pieces, results first): "
+             "collect the folders of the later calls too (or `python3 -m npm_nb.run.bundle send $OUT` there), then again")
+        return None
+    (run_dir/LOCAL_MARK).touch()
+    cmd = f'python -m npm_nb.run.batch {profile} -p device cpu'
+    _log(f"{run_dir.name}: {', '.join(todo)} left; `{cmd}` finishes them here (the steps done there stay done)")
+    return cmd
+
+# %% ../../nbs/22_bundle.ipynb #b2gpu1
+_TEST_ONE = ("import sys; from pathlib import Path; from nbdev.test import test_nb; "
+             "ok, _ = test_nb(Path(sys.argv[1]), skip_flags=['slow'], force_flags=['gpu'], showerr=True); sys.exit(0 if ok else 1)")
+
+def gpu_notebooks(nbs_dir=None) -> list[Path]:
+    "The chapters with `#| gpu` cells."
+    d = Path(nbs_dir or project_root()/'nbs')
+    has = lambda p: any(c['cell_type'] == 'code' and ''.join(c['source']).lstrip().startswith('#| gpu')
+                        for c in json.loads(p.read_text(encoding='utf-8'))['cells'])
+    return [p for p in sorted(d.glob('*.ipynb')) if has(p)]
+
+def gpu_tests(budget: float = 150, # seconds for all of them; what runs longer is stopped and reported as `timeout`
+              out=None, # a folder for `gputests.log` (e.g. `$OUT`)
+              notebooks=None, # default: `gpu_notebooks()`
+              workers: int = 6) -> int:
+    "Run the chapters with `#| gpu` cells side by side within `budget` seconds; 0 when every one passed, else 1."
+    import signal
+    nbs = [Path(n) for n in (notebooks or gpu_notebooks())]
+    t0, deadline, todo, live, res = time.time(), time.time() + budget, list(nbs), {}, {}
+    logs = Path(tempfile.mkdtemp(prefix='gputests-'))
+    while todo or live:
+        while todo and len(live) < workers:
+            nb = todo.pop(0); f = open(logs/f'{nb.stem}.log', 'w')
+            live[nb] = (subprocess.Popen([sys.executable, '-c', _TEST_ONE, str(nb)], cwd=nb.parent, stdout=f,
+                                         stderr=subprocess.STDOUT, start_new_session=True), f, time.time())
+        for nb, (p, f, ts) in list(live.items()):
+            if p.poll() is not None: res[nb] = ('ok' if p.returncode == 0 else 'FAIL', time.time() - ts)
+            elif time.time() > deadline:
+                os.killpg(p.pid, signal.SIGKILL); p.wait(); res[nb] = ('timeout', time.time() - ts)
+            else: continue
+            f.close(); del live[nb]
+        if time.time() > deadline:
+            for nb in todo: res[nb] = ('not run', 0.0)
+            todo = []
+        time.sleep(0.2)
+    lines = [f"{nb.stem:<16} {res[nb][0]:<8} {res[nb][1]:6.1f} s" for nb in nbs]
+    _log(f'GPU tests ({time.time() - t0:.0f} s, budget {budget:.0f} s):\n' + '\n'.join(lines))
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        body = '\n'.join(lines) + '\n\n' + '\n'.join(f"===== {nb.name}\n{(logs/f'{nb.stem}.log').read_text(errors='replace')[-20_000:]}"
+                                                   for nb in nbs if (logs/f'{nb.stem}.log').exists())
+        (Path(out)/'gputests.log').write_text(body)
+    shutil.rmtree(logs, ignore_errors=True)
+    return 0 if all(r == 'ok' for r, _ in res.values()) else 1
 
 # %% ../../nbs/22_bundle.ipynb #f066c216
 VERSION_NAMES = ('torch', 'transformers', 'tokenizers', 'numpy', 'safetensors', 'huggingface-hub', 'accelerate', 'pandas',
@@ -700,7 +776,7 @@ def versions(bundle_dir=None) -> dict:
 
 # %% ../../nbs/22_bundle.ipynb #ff76ec32
 def main(argv=None) -> int:
-    "`python -m npm_nb.run.bundle build|calls|versions|install|run|send|collect|export-checkpoint|restore-checkpoint ...`"
+    "`python -m npm_nb.run.bundle build|calls|versions|install|gputests|run|send|collect|export-checkpoint|restore-checkpoint ...`"
     ap = argparse.ArgumentParser(prog='python -m npm_nb.run.bundle', description='An offline bundle for GPU machines without a package index.')
     sub = ap.add_subparsers(dest='cmd', required=True)
     b = sub.add_parser('build', help='build dist/bundle (here, with PyPI reachable)')
@@ -729,11 +805,15 @@ def main(argv=None) -> int:
     r.add_argument('--out', default=None); r.add_argument('--checkpoints', action='store_true', help='also send the trained checkpoints back')
     r.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('NAME', 'VALUE'))
     r.add_argument('--params-dir', default=None, help=argparse.SUPPRESS)
+    g = sub.add_parser('gputests', help='there: run the chapters with #| gpu cells side by side within a budget')
+    g.add_argument('--budget', type=float, default=150); g.add_argument('--out', default=None)
     s = sub.add_parser('send', help='move the next packed pieces into OUT'); s.add_argument('out')
     s.add_argument('--pack', default=None, metavar='PROFILE', help='pack the results of PROFILE first')
     s.add_argument('--checkpoints', action='store_true')
     c = sub.add_parser('collect', help='here: join fetched pieces, unpack results, keep checkpoints in dist/checkpoints')
     c.add_argument('folders', nargs='+'); c.add_argument('--restore', action='store_true', help='also restore the checkpoints here')
+    c.add_argument('--finish-here', action='store_true', help='restore, and let `python -m npm_nb.run.batch PROFILE -p device cpu` '
+                   'finish the steps the GPU calls did not reach (its training must be done)')
     c.add_argument('--dest', default=None, help=argparse.SUPPRESS)
     e = sub.add_parser('export-checkpoint'); e.add_argument('ckpt'); e.add_argument('--out', default=None)
     x = sub.add_parser('restore-checkpoint'); x.add_argument('archive')
@@ -764,10 +844,11 @@ def main(argv=None) -> int:
     elif a.cmd == 'run':
         return run(a.profile, a.budget, a.out, [tuple(p) for p in a.param], reserve=a.reserve, checkpoints=a.checkpoints,
                    batch_args=('--params-dir', a.params_dir) if a.params_dir else ())
+    elif a.cmd == 'gputests': return gpu_tests(a.budget, a.out)
     elif a.cmd == 'send':
         if a.pack: pack(a.pack, a.checkpoints)
         send(a.out)
-    elif a.cmd == 'collect': collect(*a.folders, dest=a.dest, restore=a.restore)
+    elif a.cmd == 'collect': collect(*a.folders, dest=a.dest, restore=a.restore, finish_here=a.finish_here)
     elif a.cmd == 'export-checkpoint': print(export_checkpoint(a.ckpt, a.out))
     elif a.cmd == 'restore-checkpoint': print(restore_checkpoint(a.archive, profile=a.profile))
     return 0
