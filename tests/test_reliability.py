@@ -598,6 +598,17 @@ def test_r2_6_full_disk_is_a_clear_error_before_encoding(models, tmp_path, monke
     monkeypatch.undo()
     assert len(models[0].build_datastore(DOCS, tmp_path/'full', max_len=32, progress=False))  # room again: it builds
 
+def test_r2_6_disk_filling_between_check_and_allocation(tmp_path, monkeypatch):
+    "The free-space check passes, then the disk fills before the file is allocated: still a clear error, not a Bus error later."
+    import errno
+    import npm_nb.core as s
+    def full(fd, offset, length): raise OSError(errno.ENOSPC, 'No space left on device')
+    monkeypatch.setattr(s.os, 'posix_fallocate', full)
+    raises(lambda: s.reserve_space(tmp_path/'v.bin', 1 << 20), 'is full', 'v.bin needs 1.0 MiB', 'free some space', exc=OSError)
+    def unsupported(fd, offset, length): raise OSError(errno.EOPNOTSUPP, 'Operation not supported')
+    monkeypatch.setattr(s.os, 'posix_fallocate', unsupported)   # a file system without fallocate: the size, as before
+    assert s.reserve_space(tmp_path/'w.bin', 1 << 20).stat().st_size == 1 << 20
+
 def test_r2_7_unfinishable_commit_does_not_block_readers(models, store, tmp_path, monkeypatch):
     import npm_nb.npm.datastore as d
     m, p, write = models[0], tmp_path/'ro', d.atomic_write_json
