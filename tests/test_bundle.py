@@ -219,7 +219,7 @@ def test_finish_here_after_the_device_time_ends(tmp_path, monkeypatch):
     import npm_nb.npm.training as training
     P = "profile: str = 'smoke'  # profile\ndevice: str = 'auto'  # device\namp: str = 'none'  # autocast\n"
     ex, pa, log = tmp_path/'experiments', tmp_path/'params', tmp_path/'ran.txt'
-    body = lambda name: (f"import time; time.sleep(3)\nopen({str(log)!r}, 'a').write(f'{name} {{device}} {{amp}}\\n')\n"
+    body = lambda name: (f"import time; time.sleep(8)\nopen({str(log)!r}, 'a').write(f'{name} {{device}} {{amp}}\\n')\n"
                          "import pandas as pd\nfrom npm_nb.run.batch import write_table\n"
                          f"write_table('{name}', pd.DataFrame({{'amp': [amp]}}), title='{name}', profile=profile)")
     make_demo_notebook(ex/'01_a.ipynb', P, body('01_a')); make_demo_notebook(ex/'02_b.ipynb', P, body('02_b'))
@@ -229,9 +229,10 @@ def test_finish_here_after_the_device_time_ends(tmp_path, monkeypatch):
     (pa/'lent.yaml').write_text('params: {}\n')
     kw = dict(params_folder=pa, experiments_folder=ex, echo=print)
 
-    # there: the budget lets 01_a start and leaves too little for 02_b (MIN_STEP_S of the budget's 60 s is 57)
+    # there: the budget lets 01_a start (the setup takes well under 8 s) and, once 01_a's 8 s are over, leaves too little
+    # for 02_b (a step starts only with MIN_STEP_S = 52 of the budget's 60 s left)
     monkeypatch.setenv('NPM_NB_RESULTS', str(tmp_path/'there'/'results')); monkeypatch.setenv('NPM_NB_DATA', str(tmp_path/'there'/'data'))
-    monkeypatch.setattr(batch, 'MIN_STEP_S', 57.0)
+    monkeypatch.setattr(batch, 'MIN_STEP_S', 52.0)
     st = run_batch('lent', time_budget=60, keep_bf16=True, **kw)
     assert {n: s['state'] for n, s in st['steps'].items()} == {'01_a': 'done', '02_b': 'pending'} and st['budget_reached']
     pack('lent', outbox=tmp_path/'outbox'); send(tmp_path/'out1', outbox=tmp_path/'outbox')
