@@ -55,7 +55,8 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
     # 2. the bundle, for this machine's Python (the GPU machine's would be --python 3.12)
     t0 = time.time()
     b = _run([sys.executable, '-m', 'npm_nb.run.bundle', 'build', '--out', tmp_path/'bundle', '--python', PY,
-              '--platform', 'manylinux_2_28_x86_64', '--checkpoint-files', ckpt, '--present', ','.join(DEVICE_CORE), '--with', 'lm'])
+              '--platform', 'manylinux_2_28_x86_64', '--checkpoint-files', ckpt, '--present', ','.join(DEVICE_CORE), '--with', 'lm',
+              '--pins', 'device' if PY == '3.12' else 'none'])   # the device's pins need Python 3.12 (numpy 2.5)
     assert b.returncode == 0, b.stderr
     man = json.loads((tmp_path/'bundle'/'manifest.json').read_text())
     assert all(c['fits'] for c in call_plan(tmp_path/'bundle'))
@@ -107,6 +108,12 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
     st = load_state(restored/'final'/'trainer_state.pt')
     assert st['restored']['archive'] == ckpt.name and st['step'] == 2
     assert list((tmp_path/'results'/'runs'/'bundletest').glob('*/tables/train_retrieval.md'))   # not the committed profile: its run folder
+
+    # 6. the GPU tests' runner with the bundled nbdev in that venv (a #| gpu chapter; without CUDA its GPU cell says it skips)
+    t0 = time.time()
+    g = _run([py, '-m', 'npm_nb.run.bundle', 'gputests', '--budget', '300', '--out', tmp_path/'gout', ROOT/'nbs'/'11_search.ipynb'], env=env)
+    assert g.returncode == 0 and re.search(r'11_search +ok', g.stdout), g.stdout + (tmp_path/'gout'/'gputests.log').read_text()[-3000:]
+    times['gputests (11_search)'] = time.time() - t0
     print('\n'.join(f'{k}: {v:.0f} s' for k, v in times.items()))
 
 

@@ -784,6 +784,8 @@ def main(argv=None) -> int:
     b.add_argument('--part-mb', default='auto', help="MiB per part; auto (default): what a 64 MiB call carries beside the working tree")
     b.add_argument('--present', default=None, help='packages the machine has (comma-separated; default: the device image list; "" for none)')
     b.add_argument('--faiss', choices=['cpu', 'gpu', 'none'], default='cpu', help='faiss-cpu (default), faiss-gpu (135 MB, CUDA 12) or none')
+    b.add_argument('--pins', choices=['device', 'none'], default='device', help="resolve against the lent GPU machine's versions "
+                   "(DEVICE_PINS: torch 2.11, transformers 5.17, numpy 2.5; Python >= 3.12) or none (another machine, e.g. this one's Python in a test)")
     b.add_argument('--model', action='append', default=None, help='init encoders to include (minilm, mpnet); default minilm')
     b.add_argument('--checkpoints', action='append', default=[], help="a profile whose trained checkpoints to include")
     b.add_argument('--checkpoint-files', nargs='*', default=[], help='exported ckpt-*.tar.xz files to include')
@@ -807,6 +809,7 @@ def main(argv=None) -> int:
     r.add_argument('--params-dir', default=None, help=argparse.SUPPRESS)
     g = sub.add_parser('gputests', help='there: run the chapters with #| gpu cells side by side within a budget')
     g.add_argument('--budget', type=float, default=150); g.add_argument('--out', default=None)
+    g.add_argument('notebooks', nargs='*', help='chapters to run (default: every one with #| gpu cells)')
     s = sub.add_parser('send', help='move the next packed pieces into OUT'); s.add_argument('out')
     s.add_argument('--pack', default=None, metavar='PROFILE', help='pack the results of PROFILE first')
     s.add_argument('--checkpoints', action='store_true')
@@ -824,7 +827,7 @@ def main(argv=None) -> int:
         build(a.out, a.python, a.platform, a.part_mb if a.part_mb == 'auto' else float(a.part_mb), present,
               extras=() if a.faiss == 'none' else (a.faiss,), models=tuple(a.model or ['minilm']),
               checkpoints=tuple(a.checkpoints), checkpoint_files=tuple(a.checkpoint_files), wheels=not a.no_wheels, data=not a.no_data,
-              with_=tuple(dict.fromkeys(a.with_)))
+              with_=tuple(dict.fromkeys(a.with_)), pins=DEVICE_PINS if a.pins == 'device' else {})
     elif a.cmd == 'calls':
         plan = call_plan(a.bundle)
         for c_ in plan:
@@ -844,7 +847,7 @@ def main(argv=None) -> int:
     elif a.cmd == 'run':
         return run(a.profile, a.budget, a.out, [tuple(p) for p in a.param], reserve=a.reserve, checkpoints=a.checkpoints,
                    batch_args=('--params-dir', a.params_dir) if a.params_dir else ())
-    elif a.cmd == 'gputests': return gpu_tests(a.budget, a.out)
+    elif a.cmd == 'gputests': return gpu_tests(a.budget, a.out, a.notebooks or None)
     elif a.cmd == 'send':
         if a.pack: pack(a.pack, a.checkpoints)
         send(a.out)
