@@ -1082,7 +1082,7 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
                     status['steps'][s['name']] = {'state': 'skipped', 'seconds': 0.0, 'key': key,
                                                   'error': f"skipped: {', '.join(blocked)} did not finish"}
                     echo(f"[skip] {s['name']}: depends on {', '.join(blocked)}, which did not finish"); _save_status(run_dir, status); continue
-                if prev.get('state') == 'done' and prev.get('key') in (key, profile_key(s)) and not (set(s['after']) & ran):
+                if prev.get('state') == 'done' and (prev.get('key') == key or ('fitted' in s and prev.get('key') == profile_key(s))) and not (set(s['after']) & ran):
                     status['steps'][s['name']] = {**prev, 'cached': True}
                     echo(f"[done] {s['name']}: already done in this run with the same parameters"); continue
                 if deadline and time.time() > deadline - MIN_STEP_S:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, io, re, sys, json, math, time, shutil, importlib.util, tarfile, hashlib, argparse, subprocess, tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from ..core import project_root, data_dir, results_dir, atomic_write_json, load_state
+from ..core import project_root, data_dir, results_dir, atomic_write_json, load_state, read_json
 
 # %% auto #0
 __all__ = ['MiB', 'DEVICE_PINS', 'DEVICE_PRESENT', 'DEVICE_CORE', 'BUILD_ONLY', 'OPTIONAL', 'RUNTIME_RAW', 'NODEPS_WHEELS',
@@ -682,7 +682,7 @@ FINISH_NEEDS = ('01_train',)  # steps that must be done where the run began befo
 def _finish_here(run_dir: Path) -> str | None:
     "Mark an unfinished run that came back as started here (the batch then resumes it), unless its training is unfinished."
     from npm_nb.run.batch import LOCAL_MARK
-    st = json.loads((run_dir/'status.json').read_text()); profile = run_dir.parent.name
+    st = read_json(run_dir/'status.json', 'collect the run again'); profile = run_dir.parent.name
     todo = [n for n, s in st.get('steps', {}).items() if s.get('state') != 'done']
     if not todo: _log(f'{run_dir.name}: finished there, nothing to finish here'); return None
     unready = [n for n in FINISH_NEEDS if n in todo]
