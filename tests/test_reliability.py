@@ -673,3 +673,36 @@ def test_r2_10_profiles_mean_what_they_say(ws, capsys, text, part):
     (ws['pa']/'p.yaml').write_text(text)
     assert batch_main(['p', '--dry-run'] + ws['cli']) == 2
     assert part in capsys.readouterr().err
+
+# ---------------------------------------------------------------- round three (#38): a damaged store is seen on every open
+def test_r3_bit_flip_seen_on_every_open(copy, monkeypatch):
+    import npm_nb.npm.datastore as d
+    p = copy('flip'); f = p/'vectors.f16'
+    time.sleep(d.RACY_SECONDS + 0.1)  # the copy's files are no longer "racily" new: a verification is remembered
+    Datastore.load(p); Datastore(p)
+    hashed = []; real = d.file_checksum
+    monkeypatch.setattr(d, 'file_checksum', lambda *a, **k: hashed.append(a) or real(*a, **k))
+    Datastore.load(p); Datastore(p)
+    assert not hashed, 'an unchanged store is not hashed again in the same process (the cost of an open stays small)'
+    with open(f, 'r+b') as h: h.seek(100); b = h.read(1); h.seek(100); h.write(bytes([b[0] ^ 1]))  # one flipped bit
+    raises(lambda: Datastore.load(p), 'changed since they were written')  # the second open in this process
+    raises(lambda: Datastore(p), 'changed since they were written')  # opened directly
+    with open(f, 'r+b') as h: h.seek(100); h.write(b)  # repaired: opens again
+    assert len(Datastore(p))
+
+def test_r3_bit_flip_with_its_mtime_set_back_is_seen(copy):
+    import npm_nb.npm.datastore as d
+    p = copy('flip2'); f = p/'vectors.f16'
+    time.sleep(d.RACY_SECONDS + 0.1); Datastore(p)
+    st = f.stat()
+    with open(f, 'r+b') as h: h.seek(64); b = h.read(1); h.seek(64); h.write(bytes([b[0] ^ 0x10]))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # the mtime as it was: the ctime still moved
+    raises(lambda: Datastore(p), 'changed since they were written')
+
+def test_r3_a_store_changed_just_after_its_check_is_checked_again(copy):
+    "Within RACY_SECONDS of a change the timestamps cannot tell a second change: such a check is not remembered."
+    p = copy('racy'); f = p/'vectors.f16'
+    Datastore(p)  # the copy is new: verified, not remembered
+    with open(f, 'r+b') as h: h.seek(8); b = h.read(1); h.seek(8); h.write(bytes([b[0] ^ 1]))
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns))
+    raises(lambda: Datastore(p), 'changed since they were written')
