@@ -160,6 +160,23 @@ class LockedError(RuntimeError):
 
 _HELD: dict = {}  # lock file -> [open file, depth] of the locks this process holds
 
+def _open_lock_file(p: str, what: str):
+    "The lock file `p` opened for reading and writing; refused when it is a link (symbolic or hard) or not a file."
+    import stat, errno
+    try: fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0), 0o666)
+    except OSError as e:
+        if e.errno != errno.ELOOP: raise
+        raise ValueError(f"the lock file {p} of {what} {Path(p).parent} is a symbolic link (to {os.readlink(p)!r}); "
+                          f"it is not followed (writing the lock would overwrite its target): delete the link (rm {p}) "
+                          "and run again") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        raise ValueError(f"the lock file {p} of {what} {Path(p).parent} is "
+                          + ("not a plain file" if not stat.S_ISREG(st.st_mode) else f"a hard link ({st.st_nlink} names)")
+                          + f"; it is not written (that would overwrite another file): delete it (rm {p}) and run again")
+    return os.fdopen(fd, 'r+')
+
 @contextlib.contextmanager
 def hold_lock(folder, # the folder written under the lock (created if missing)
               what: str = 'folder', # what it is, for the message ("datastore", "checkpoint folder")
@@ -167,13 +184,13 @@ def hold_lock(folder, # the folder written under the lock (created if missing)
     "Hold an exclusive lock on `folder` for the block; raise `LockedError` at once if another process holds it."
     import fcntl
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
-    p = str((folder/'.lock').resolve())
+    p = str(folder.resolve()/'.lock')  # the lock file itself is never resolved: a link there is refused, not followed
     if p in _HELD:  # re-entrant within this process
         _HELD[p][1] += 1
         try: yield
         finally: _HELD[p][1] -= 1
         return
-    fh = open(p, 'a+')
+    fh = _open_lock_file(p, what)
     try: fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         fh.seek(0); holder = fh.read().strip() or 'another process'; fh.close()

@@ -706,3 +706,38 @@ def test_r3_a_store_changed_just_after_its_check_is_checked_again(copy):
     with open(f, 'r+b') as h: h.seek(8); b = h.read(1); h.seek(8); h.write(bytes([b[0] ^ 1]))
     os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns))
     raises(lambda: Datastore(p), 'changed since they were written')
+
+# ---------------------------------------------------------------- round three: paths that are links
+@pytest.mark.parametrize('kind', ['symlink', 'hardlink'])
+def test_r3_lock_file_that_is_a_link_is_not_followed(tmp_path, kind):
+    outside = tmp_path/'precious.txt'; outside.write_text('keep me\n')
+    folder = tmp_path/'store'; folder.mkdir()
+    (folder/'.lock').symlink_to(outside) if kind == 'symlink' else os.link(outside, folder/'.lock')
+    raises(lambda: hold_lock(folder, 'datastore').__enter__(), '.lock', 'delete', 'run again')
+    assert outside.read_text() == 'keep me\n', 'the target of the link was written'
+    (folder/'.lock').unlink()
+    with hold_lock(folder, 'datastore'): pass  # a plain lock file again: it locks
+
+def test_r3_links_and_unreadable_folders_in_an_input_folder_are_named(tmp_path):
+    from npm_nb.npm.datastore import read_documents, DocumentError
+    outside = tmp_path/'outside'; outside.mkdir(); (outside/'secret.txt').write_text('a secret outside the folder')
+    d = tmp_path/'docs'; (d/'sub').mkdir(parents=True)
+    (d/'a.txt').write_text('Athens is the capital of Greece.'); (d/'sub'/'b.txt').write_text('Seoul is in Korea.')
+    (d/'passwd.txt').symlink_to(outside/'secret.txt'); (d/'linked').symlink_to(outside)  # a file and a folder link
+    (d/'inside.txt').symlink_to(d/'a.txt')  # even a link that stays inside: one rule for every link
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always'); docs = read_documents(d)
+    assert docs['id'] == ['a.txt', 'sub/b.txt'] and not any('secret' in t for t in docs['text'])
+    said = ' '.join(str(x.message) for x in w)
+    for name in ('passwd.txt ->', 'linked ->', 'inside.txt ->', 'left out 3 links'): assert name in said, said
+    locked = d/'locked'; locked.mkdir(); (locked/'c.txt').write_text('hidden from us')
+    scandir = os.scandir
+    def unreadable(path='.'):  # as chmod 000 does for a user other than root
+        if Path(path) == locked: raise PermissionError(13, 'Permission denied', str(path))
+        return scandir(path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, 'scandir', unreadable)
+        raises(lambda: read_documents(d), 'locked', 'cannot be read', exc=DocumentError)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always'); assert read_documents(d, skip_bad=True)['id'] == ['a.txt', 'sub/b.txt']
+    assert any('locked' in str(x.message) and 'cannot be read' in str(x.message) for x in w)

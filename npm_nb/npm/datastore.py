@@ -223,6 +223,18 @@ def _file_documents(f: Path, name: str, encoding: str) -> list[tuple[str, str, s
         out.append((i, f.stem if kind == 'file' else str(r.get('title') or ''), t))
     return out
 
+def _folder_files(top: Path, links: list, problems: list):
+    "`(file, path relative to top)` of the files under `top`, hidden ones left out; links are listed in `links` (not followed), sub-folders that cannot be read in `problems`."
+    def cannot(e): problems.append(f"{e.filename}: a folder that cannot be read ({e.strerror}); make it readable (chmod) or move it out")
+    for d, dirs, names in os.walk(top, onerror=cannot):  # links to folders are not entered
+        d = Path(d)
+        for n in sorted(dirs + names):
+            f = d/n; rel = f.relative_to(top)
+            if n.startswith('.'): continue
+            if f.is_symlink(): links.append(f"{rel.as_posix()} -> {os.readlink(f)}"); continue
+            if n in names and f.is_file(): yield f, rel.as_posix()
+        dirs[:] = sorted(x for x in dirs if not x.startswith('.') and not (d/x).is_symlink())
+
 def read_documents(paths, # a file or a folder (read recursively), or a list of them
                    encoding: str = 'utf-8', # of the text files (.txt, .md, .jsonl, .csv, .tsv); Parquet is UTF-8
                    skip_bad: bool = False, # leave out files that cannot be read (a warning each) instead of failing
@@ -230,13 +242,11 @@ def read_documents(paths, # a file or a folder (read recursively), or a list of 
     "Documents `{'text', 'id', 'title'}` read from files; every file that cannot be read is named with its fix."
     try: codecs.lookup(encoding)
     except LookupError: raise ValueError(f"encoding={encoding!r} is not a text encoding Python knows (e.g. 'utf-8', 'latin-1', 'cp1252')") from None
-    files, problems, other = [], [], {}
+    files, problems, other, links = [], [], {}, []
     for p in map(Path, [paths] if isinstance(paths, (str, os.PathLike)) else paths):
         if p.is_dir():
-            for f in sorted(p.rglob('*')):
-                rel = f.relative_to(p)
-                if not f.is_file() or any(s.startswith('.') for s in rel.parts): continue
-                if f.suffix.lower() in DOCUMENT_SUFFIXES: files.append((f, rel.as_posix()))
+            for f, rel in sorted(_folder_files(p, links, problems)):  # in path order, as before
+                if f.suffix.lower() in DOCUMENT_SUFFIXES: files.append((f, rel))
                 else: other[f.suffix.lower() or 'no suffix'] = other.get(f.suffix.lower() or 'no suffix', 0) + 1
         elif p.is_file() and p.suffix.lower() in DOCUMENT_SUFFIXES: files.append((p, p.name))
         else: problems.append(f"{p}: " + ("not a document file (use " + ", ".join(DOCUMENT_SUFFIXES) + ")" if p.is_file() else "no such file or folder"))
@@ -247,6 +257,8 @@ def read_documents(paths, # a file or a folder (read recursively), or a list of 
         dup = next(((i, seen.get(i, f)) for k, (i, _, _) in enumerate(rows) if i in seen or i in [r[0] for r in rows[:k]]), None)
         if dup: problems.append(f"{f}: document id {dup[0]!r} is also in {dup[1]}; ids must be unique (rename one)"); continue
         for i, t, x in rows: seen[i] = f; cols['id'].append(i); cols['title'].append(t); cols['text'].append(x)
+    if links: warnings.warn(f"left out {len(links)} links inside the input folders (links are not followed there; give a "
+                            f"target as a path of its own to read it): {'; '.join(links[:20])}" + (' ...' if len(links) > 20 else ''))
     if other: warnings.warn(f"left out {sum(other.values())} files that are not documents ({', '.join(f'{k}: {v}' for k, v in sorted(other.items()))}); documents are {', '.join(DOCUMENT_SUFFIXES)}")
     if problems and not skip_bad:
         raise DocumentError(f"{len(problems)} of the document files cannot be read (nothing was read):\n  " + "\n  ".join(problems))
