@@ -8,10 +8,10 @@ import os, json, time, tempfile, contextlib
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['project_root', 'data_dir', 'results_dir', 'atomic_path', 'atomic_write_bytes', 'atomic_write_text',
+__all__ = ['SETTINGS', 'project_root', 'data_dir', 'results_dir', 'atomic_path', 'atomic_write_bytes', 'atomic_write_text',
            'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json', 'UnsafeFileError', 'load_state',
            'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'hold_lock', 'pid_alive',
-           'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics']
+           'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics', 'setting_problem', 'check_setting']
 
 # %% ../nbs/01_core.ipynb #a89dcfc9
 def project_root() -> Path:
@@ -248,3 +248,31 @@ def truncate_metrics(path, # a log of `append_jsonl` rows with a 'step'
     if not path.exists(): return
     keep = [l for l in path.read_text().splitlines() if l.strip() and (s := _step_of(l)) is not None and s <= step]
     path.write_text(''.join(l + '\n' for l in keep))
+
+# %% ../nbs/01_core.ipynb #3db2a39d
+SETTINGS = {  # name: (kind, lowest, highest, what it is): read by `check_setting` and by `npm-nb batch --dry-run`
+    'l_max': ('int', 1, 512, 'longest phrase in tokens; a phrase lies inside one block (paper: 10, 20 for translation)'),
+    'temperature': ('real', 1e-3, 1e3, 'softmax temperature (paper: 1 open-set, 5 closed-set); below 1e-3 the '
+                    'similarities overflow and every probability is 0'),
+    'hnsw_m': ('int', 2, 512, 'HNSW neighbours a node (paper: 32)'),
+    'max_len': ('int', 8, 8192, "tokens per block, [CLS] and [SEP] included; at most the encoder's positions"),
+    'short_len': ('int', 8, 8192, "tokens per block of the short-block variant; at most the encoder's positions"),
+}
+
+def setting_problem(name: str, # a name of `SETTINGS` (any other name: no problem)
+                    value) -> str | None:
+    "Why `value` is not allowed for the setting `name`, as a sentence that says what is; None when it is allowed."
+    if name not in SETTINGS: return None
+    import math, numbers
+    kind, lo, hi, what = SETTINGS[name]
+    if kind == 'int':
+        ok = isinstance(value, numbers.Integral) and type(value).__name__ not in ('bool', 'bool_') and lo <= value <= hi
+        return None if ok else f"{name}={value!r}: use a whole number from {lo:,} to {hi:,} ({what})"
+    ok = (isinstance(value, numbers.Real) and type(value).__name__ not in ('bool', 'bool_') and math.isfinite(value)
+          and lo <= value <= hi)
+    return None if ok else f"{name}={value!r}: use a finite number from {lo:g} to {hi:g} ({what})"
+
+def check_setting(name: str, value):
+    "`value`, or a `ValueError` saying what `SETTINGS` allows for `name`."
+    if why := setting_problem(name, value): raise ValueError(why)
+    return value

@@ -741,3 +741,49 @@ def test_r3_links_and_unreadable_folders_in_an_input_folder_are_named(tmp_path):
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter('always'); assert read_documents(d, skip_bad=True)['id'] == ['a.txt', 'sub/b.txt']
     assert any('locked' in str(x.message) and 'cannot be read' in str(x.message) for x in w)
+
+# ---------------------------------------------------------------- round three: numeric settings, one table for the API and --dry-run
+@pytest.mark.parametrize('kw, part', [(dict(l_max=10**6), 'l_max=1000000: use a whole number from 1 to 512'),
+                                      (dict(temperature=1e-300), 'temperature=1e-300: use a finite number from 0.001'),
+                                      (dict(temperature=True), 'temperature=True'), (dict(temperature=float('inf')), 'temperature=inf'),
+                                      (dict(l_max=True), 'l_max=True')])
+def test_r3_settings_at_the_api_edge(models, store, kw, part):
+    raises(lambda: models[0].predict(Q, store, **kw), part)
+    if 'temperature' in kw: raises(lambda: models[0].closed_set_probs(Q, store, VERB, **kw), part)
+
+def test_r3_phrase_growth_stops_when_no_longer_phrase_exists(models, store):
+    from npm_nb.npm.inference import token_table, candidate_spans
+    tt = token_table(store); seeds = np.arange(len(tt.token))
+    t = time.perf_counter(); f, l = candidate_spans(tt, seeds, seeds, l_max=10**6)  # below the API edge: no range check
+    assert time.perf_counter() - t < 3, 'the loop ran on after every block had ended'
+    f2, l2 = candidate_spans(tt, seeds, seeds, l_max=64)  # blocks of 32 tokens: the same phrases
+    assert sorted(zip(f.tolist(), l.tolist())) == sorted(zip(f2.tolist(), l2.tolist()))
+
+def test_r3_block_lengths_at_the_api_edge(models, tmp_path):
+    m = models[0]
+    raises(lambda: m.build_datastore(DOCS, tmp_path/'a', max_len=3, progress=False), 'max_len=3: use a whole number from 8')
+    n = m.encoder.config.max_position_embeddings
+    raises(lambda: m.build_datastore(DOCS, tmp_path/'b', max_len=n + 1, progress=False), f'has {n} positions')
+    raises(lambda: TrainConfig(max_len=3), 'max_len=3')
+    assert not (tmp_path/'b'/'manifest.json').exists()
+
+@pytest.mark.parametrize('name, value, part', [
+    ('05_open_set.l_max', '1000000', 'l_max=1000000: use a whole number from 1 to 512'),
+    ('04_closed_set.temperature', '1e-300', 'temperature=1e-300: use a finite number from 0.001'),
+    ('03_index_benchmark.hnsw_m', '1', 'hnsw_m=1: use a whole number from 2'), ('10_speed.hnsw_m', '1', 'hnsw_m=1'),
+    ('01_train.max_len', '3', 'max_len=3: use a whole number from 8'),
+    ('01_train.max_len', '1024', "max_len=1024: the encoder 'minilm' has 512 positions"),
+    ('01_train.model', '/no/such/checkpoint', 'no model folder /no/such/checkpoint'),
+    ('05_open_set.rows', 'npm,nosuchrow', "'nosuchrow' is not one of the allowed values"),
+    ('04_closed_set.rows', 'npm,mlm_fuzy', "did you mean 'mlm_fuzzy'"), ('07_translation.rows', 'npm,single', "'single' is not one of")])
+def test_r3_dry_run_checks_the_same_ranges(capsys, name, value, part):
+    assert batch_main(['smoke', '--dry-run', '-p', name, value]) == 2
+    assert part in capsys.readouterr().err
+
+def test_r3_dry_run_and_api_share_one_table(monkeypatch, capsys, models, store):
+    "A range changed in npm_nb.core.SETTINGS changes what both refuse: the two cannot drift apart."
+    import npm_nb.core as core
+    monkeypatch.setitem(core.SETTINGS, 'l_max', ('int', 1, 5, 'a narrower range'))
+    assert batch_main(['smoke', '--dry-run', '-p', '05_open_set.l_max', '6']) == 2
+    assert 'l_max=6: use a whole number from 1 to 5' in capsys.readouterr().err
+    raises(lambda: models[0].predict(Q, store, l_max=6), 'l_max=6: use a whole number from 1 to 5')

@@ -13,7 +13,7 @@ from datasets import Dataset, load_from_disk, concatenate_datasets
 from tqdm.auto import tqdm
 from ..core import (atomic_write_json, read_json, reserve_space, file_checksum, folder_checksums, verify_checksums,
                          hold_lock, LockedError)
-from ..models import encoder_fingerprint, hidden_size, check_tokenizer, check_pair
+from ..models import encoder_fingerprint, hidden_size, check_tokenizer, check_pair, check_max_len
 from ..data.blocks import build_blocks, block_phrase, is_punctuation
 
 # %% auto #0
@@ -705,7 +705,7 @@ def _build(cls, docs, # documents: a table with `text` (+ optional `id`, `title`
                                   # every later `add` to this store encodes the same way
          ) -> Datastore:
     "Build (or continue building) the datastore of `docs` at `path`."
-    path = Path(path); check_count('batch_size', batch_size); check_count('max_len', max_len, 3)  # [CLS] a token [SEP]
+    path = Path(path); check_count('batch_size', batch_size); check_max_len(max_len, model)  # npm_nb.core.SETTINGS, and the encoder's positions
     docs = _as_columns(docs)  # a generator is read once, here
     with hold_lock(path, 'datastore'):
         _recover(path)

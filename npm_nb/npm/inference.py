@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import torch
-from ..core import atomic_write_json, read_json, folder_checksums, verify_checksums
+from ..core import atomic_write_json, read_json, folder_checksums, verify_checksums, check_setting
 from ..models import load_encoder, load_tokenizer, check_tokenizer, hidden_size, check_pair, encoder_fingerprint
 from .datastore import Datastore, store_fingerprint, check_store_record, check_model
 from .index import check_index
@@ -225,6 +225,7 @@ def candidate_spans(tt: TokenTable, # the datastore's tokens
         lo, hi = tt.offsets[tt.block[seeds]], tt.offsets[tt.block[seeds] + 1]
         alive = np.ones(len(seeds), bool)
         for d in range(l_max):
+            if not alive.any(): break  # every phrase reached its block's or document's end: no longer one exists
             t = seeds + step * d
             alive &= (t >= lo) & (t < hi)
             tc = np.where(alive, t, seeds)
@@ -644,12 +645,11 @@ def _is_int(v): return isinstance(v, (int, np.integer)) and not isinstance(v, (b
 def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=None, restrict_k=None):
     "Raise a clear error naming the fix for a search parameter that makes no sense (`None` is not checked)."
     for name, v, lo, eg in (('k', k, 1, 'k=4096 (more than the store holds is fine)'), ('topn', topn, 0, 'topn=5'),
-                            ('l_max', l_max, 1, 'l_max=10'), ('restrict_k', restrict_k, 0, 'restrict_k=3')):
+                            ('restrict_k', restrict_k, 0, 'restrict_k=3')):
         if v is not None and (not _is_int(v) or v < lo):
             raise ValueError(f"{name}={v!r}: use an integer >= {lo}, e.g. {eg}")
-    if temperature is not None and not (isinstance(temperature, (int, float, np.number)) and math.isfinite(temperature)
-                                        and temperature > 0):
-        raise ValueError(f"temperature={temperature!r}: use a finite number > 0 (1 for open-set, 5 for closed-set)")
+    for name, v in (('l_max', l_max), ('temperature', temperature)):  # the ranges of `npm_nb.core.SETTINGS`
+        if v is not None: check_setting(name, v)
     if alpha is not None and not (isinstance(alpha, (int, float, np.number)) and math.isfinite(alpha)):
         raise ValueError(f"alpha={alpha!r}: use a finite number (0 = no length bonus)")
 
