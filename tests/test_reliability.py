@@ -787,3 +787,25 @@ def test_r3_dry_run_and_api_share_one_table(monkeypatch, capsys, models, store):
     assert batch_main(['smoke', '--dry-run', '-p', '05_open_set.l_max', '6']) == 2
     assert 'l_max=6: use a whole number from 1 to 5' in capsys.readouterr().err
     raises(lambda: models[0].predict(Q, store, l_max=6), 'l_max=6: use a whole number from 1 to 5')
+
+# ---------------------------------------------------------------- round three: documents in other shapes, documents of any length
+def test_r3_dataframe_of_documents(models, tmp_path):
+    import pandas as pd
+    m = models[0]
+    ds = m.build_datastore(pd.DataFrame(DOCS), tmp_path/'df', max_len=32, progress=False)
+    assert ds.doc_ids == DOCS['id'] and ds.texts == DOCS['text']  # its rows, not its column names
+    raises(lambda: m.build_datastore(pd.DataFrame({'body': DOCS['text']}), tmp_path/'x', max_len=32, progress=False),
+           "needs a 'text' column", "['body']")
+
+def test_r3_a_huge_document_is_tokenized_in_windows(tok, monkeypatch):
+    "One enormous line is never handed to the tokenizer whole (its offsets and encodings took gigabytes); the blocks are the same."
+    import npm_nb.data.blocks as b
+    text = ' '.join(DOCS['text'] * 40) + '\nSeoul ' * 30  # 2.6k characters, windows of 300
+    whole = b.build_blocks({'text': [text, 'Athens.']}, tok, max_len=32, progress=False)
+    seen, call = [], type(tok).__call__
+    def spy(self, texts, *a, **k):
+        seen.append(max(map(len, texts)) if isinstance(texts, list) else len(texts)); return call(self, texts, *a, **k)
+    monkeypatch.setattr(type(tok), '__call__', spy); monkeypatch.setattr(b, 'LONG_TEXT', 300)
+    cut = b.build_blocks({'text': [text, 'Athens.']}, tok, max_len=32, progress=False)
+    assert max(seen) <= 300, f'the tokenizer saw {max(seen)} characters at once'
+    assert cut.to_dict() == whole.to_dict()

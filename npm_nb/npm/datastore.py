@@ -142,6 +142,12 @@ def _is_path(s: str) -> bool:
 def _as_columns(docs):
     "Columns of `docs`: a table or dict of columns as it is; a path (or paths) read (`read_documents`); a list or any iterable of strings or of dicts, gathered."
     if hasattr(docs, 'column_names') or isinstance(docs, dict): return docs
+    if hasattr(docs, 'columns') and hasattr(docs, 'iloc'):  # a pandas DataFrame: iterating it would give its column names
+        cols = [str(c) for c in docs.columns]
+        if 'text' not in cols:
+            raise ValueError(f"a DataFrame of documents needs a 'text' column (optional 'id', 'title'); its columns are "
+                             f"{cols[:20]}: rename the column of texts (df.rename(columns={{'body': 'text'}}))")
+        return {c: docs[c].tolist() for c in ('text', 'id', 'title') if c in cols}
     if isinstance(docs, os.PathLike) or isinstance(docs, str) and _is_path(docs): return read_documents(docs)
     if isinstance(docs, (str, bytes)):
         raise ValueError(f"documents must be several: got one {type(docs).__name__} ({docs[:40]!r}), which names no file "
