@@ -8,10 +8,11 @@ import os, json, time, tempfile, contextlib
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SETTINGS', 'project_root', 'data_dir', 'results_dir', 'atomic_path', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json', 'UnsafeFileError', 'load_state',
-           'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'hold_lock', 'pid_alive',
-           'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics', 'setting_problem', 'check_setting']
+__all__ = ['SETTINGS', 'project_root', 'data_dir', 'results_dir', 'disk_errors', 'atomic_path', 'atomic_write_bytes',
+           'atomic_write_text', 'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json', 'UnsafeFileError',
+           'load_state', 'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'hold_lock',
+           'pid_alive', 'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics', 'setting_problem',
+           'check_setting']
 
 # %% ../nbs/01_core.ipynb #a89dcfc9
 def project_root() -> Path:
@@ -32,6 +33,36 @@ def results_dir(*parts) -> Path:
     return Path(os.environ.get('NPM_NB_RESULTS', project_root()/'results')).joinpath(*parts)
 
 # %% ../nbs/01_core.ipynb #0b327188
+_NO_ROOM = ('unexpected pos', 'file write failed', 'fwrite', 'No space left', 'File too large', 'Disk quota',
+            'code: 28', 'code: 27', 'code: 122', 'StorageFull', 'FileTooLarge')  # torch.save, FAISS, safetensors (Rust io)
+
+def _no_room(path, errno_=None) -> OSError:
+    import errno, resource
+    path = Path(path); limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if errno_ == errno.EFBIG or (errno_ is None and limit != resource.RLIM_INFINITY and free_bytes(_existing(path)) > 64 << 20):
+        return OSError(errno.EFBIG, f"writing {path} failed: the file is too large for this process's file size limit "
+                       f"(`ulimit -f`: {limit if limit == resource.RLIM_INFINITY else f'{limit / 2**20:,.1f} MiB'}); "
+                       "raise the limit (ulimit -f unlimited) and run again")
+    return OSError(errno.ENOSPC, f"writing {path} failed: the disk of {_existing(path)} is full "
+                   f"({free_bytes(_existing(path)) / 2**20:,.1f} MiB free); free some space (or set NPM_NB_DATA to a "
+                   "larger disk) and run again")
+
+def _existing(path: Path) -> Path:
+    return next((p for p in [path, *path.parents] if p.exists()), Path('.'))
+
+@contextlib.contextmanager
+def disk_errors(path, # the file (or folder) the block writes
+               ):
+    "Turn a write that failed for want of room (a full disk, a quota, `ulimit -f`) into a clear `OSError` naming `path`."
+    import errno
+    try: yield
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EFBIG, getattr(errno, 'EDQUOT', -1)): raise _no_room(path, e.errno) from None
+        raise
+    except Exception as e:  # torch.save ("unexpected pos"), faiss.write_index ("fwrite"), safetensors ("code: 28")
+        if any(s in str(e) for s in _NO_ROOM): raise _no_room(path) from None
+        raise
+
 @contextlib.contextmanager
 def atomic_path(path, # the final file name
                 suffix: str = '.tmp'):
@@ -40,8 +71,9 @@ def atomic_path(path, # the final file name
     fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix=suffix, dir=path.parent); os.close(fd)
     umask = os.umask(0); os.umask(umask); os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give a normal file's mode
     try:
-        yield Path(tmp)
-        with open(tmp, 'rb+') as f: os.fsync(f.fileno())
+        with disk_errors(path):
+            yield Path(tmp)
+            with open(tmp, 'rb+') as f: os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp): os.unlink(tmp)

@@ -809,3 +809,44 @@ def test_r3_a_huge_document_is_tokenized_in_windows(tok, monkeypatch):
     cut = b.build_blocks({'text': [text, 'Athens.']}, tok, max_len=32, progress=False)
     assert max(seen) <= 300, f'the tokenizer saw {max(seen)} characters at once'
     assert cut.to_dict() == whole.to_dict()
+
+# ---------------------------------------------------------------- round three: an empty store; a full disk and `ulimit -f` while saving
+def test_r3_store_without_vectors(models, tmp_path):
+    m = models[0]
+    empty = m.build_datastore({'text': ['the of and .', 'a the .']}, tmp_path/'e', max_len=32, remove_stopwords=True, progress=False)
+    assert len(empty) == 0
+    for f in (lambda: m.closed_set_probs(Q, empty, VERB), lambda: m.predict(Q, empty), lambda: m.predict_batch([Q], empty),
+              lambda: NPM(m.encoder, m.tok, mode='single').predict_single(Q, empty)):
+        raises(f, 'holds no vectors', 'stopword')
+    raises(lambda: BM25Retriever(empty), 'BM25 has nothing to index')
+
+def test_r3_full_disk_while_saving_is_named(run, tmp_path, monkeypatch):
+    "torch.save's 'unexpected pos' and FAISS's fwrite failure on a full disk become one sentence naming the file."
+    import npm_nb.core as core, npm_nb.npm.training as tr
+    monkeypatch.setattr(core, 'free_bytes', lambda folder: 1 << 20)
+    def full(*a, **k): raise RuntimeError('[enforce fail at inline_container.cc:603] . unexpected pos 4544 vs 4432')
+    monkeypatch.setattr(tr.torch, 'save', full)
+    from npm_nb.models import load_encoder
+    fin = run[0]; enc = load_encoder(str(fin), device='cpu'); tok = load_tokenizer(str(fin))
+    raises(lambda: tr.save_checkpoint(tmp_path/'out', enc, tok, TrainConfig(), {'step': 7}), 'checkpoint-7', 'disk', 'is full',
+           'free some space', exc=OSError)
+    assert not any((tmp_path/'out').iterdir()), 'a half-written checkpoint was left behind'
+    import faiss
+    def fwrite(*a): raise RuntimeError("Error in void faiss::BufferedIOWriter::operator()... ret == (size * nitems) failed: fwrite")
+    monkeypatch.setattr(faiss, 'write_index', fwrite)
+    X = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float16)
+    raises(lambda: build_index(X, 'hnsw', progress=False).save(tmp_path/'ix'), 'index.faiss', 'is full', exc=OSError)
+
+@pytest.mark.parametrize('what', ['bytes', 'index'])
+def test_r3_file_size_limit_is_named(tmp_path, what):
+    "Under `ulimit -f` a write fails with EFBIG (Python ignores SIGXFSZ): a sentence naming the file and the limit."
+    body = {'bytes': f"from npm_nb.core import atomic_write_bytes\natomic_write_bytes({str(tmp_path/'big.bin')!r}, b'x' * (4 << 20))",
+            'index': "import numpy as np\nfrom npm_nb.npm.index import build_index\n"
+                     "X = np.random.default_rng(0).normal(size=(6000, 128)).astype(np.float16)\n"
+                     f"build_index(X, 'hnsw', progress=False).save({str(tmp_path/'ix')!r})"}[what]
+    code = f"import resource\nresource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))\n{body}"
+    r = subprocess.run([PY, '-c', code], capture_output=True, text=True, env=ENV, timeout=120)
+    assert r.returncode == 1, (r.returncode, r.stderr[-800:])
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith('OSError: ') and 'file size limit' in last and 'ulimit -f' in last, last
+    assert ('big.bin' if what == 'bytes' else 'index.faiss') in last, last

@@ -218,7 +218,7 @@ def candidate_spans(tt: TokenTable, # the datastore's tokens
                     l_max: int = 10, # longest phrase in tokens
                    ) -> tuple[np.ndarray, np.ndarray]:
     "Unique candidate phrases `(first, last)` (token numbers) grown forward from starts and backward from ends."
-    firsts, lasts = [], []
+    firsts, lasts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]  # no seed at all: no phrase
     for seeds, step in ((np.asarray(starts, np.int64), 1), (np.asarray(ends, np.int64), -1)):
         own, other = (tt.valid_start, tt.valid_end) if step > 0 else (tt.valid_end, tt.valid_start)
         seeds = np.unique(seeds[(seeds >= 0)]); seeds = seeds[own[seeds] & (tt.row[seeds] >= 0)]
@@ -542,6 +542,9 @@ class BM25Retriever:
     def _index(self, texts: list, k1: float = 0.9, b: float = 0.4):
         import bm25s
         corpus = bm25s.tokenize(texts, stopwords=self.stopwords, stemmer=self.stemmer, show_progress=False)
+        if not len(corpus.vocab):
+            raise ValueError(f"BM25 has nothing to index: the {len(texts)} texts hold no word but stopwords and punctuation "
+                             f"(stopwords={self.stopwords!r}); build the store from documents with text, or use dense search (no BM25)")
         self.bm25 = bm25s.BM25(k1=k1, b=b, method='lucene')
         self.bm25.index(corpus, show_progress=False)
         self.n_blocks = len(texts)
@@ -675,7 +678,12 @@ def check_verbalizers(verbalizers) -> dict:
     return verbalizers
 
 def check_inputs(model, ds, index=None, bm25=None):
-    "Raise a clear error unless `ds` was built with `model`'s encoder and tokenizer, and `index` / `bm25` on `ds`."
+    "Raise a clear error unless `ds` holds vectors, was built with `model`'s encoder and tokenizer, and `index` / `bm25` on `ds`."
+    if getattr(ds, 'manifest', None) is not None and len(ds) == 0:
+        m = ds.manifest
+        raise ValueError(f"datastore {ds.path} holds no vectors ({m['n_docs']} documents"
+                         + (", every token of them a stopword or punctuation, which remove_stopwords leaves out" if m['remove_stopwords'] else '')
+                         + "): there is nothing to retrieve; add documents with text (ds.add / npm-nb add) or build it from other documents")
     check_model(ds, model.encoder, model.tok); check_index(index, ds); check_bm25(bm25, ds)
 
 # %% ../../nbs/13_inference.ipynb #2734f024

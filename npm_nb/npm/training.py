@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from transformers import (AutoModel, AutoModelForMaskedLM, get_linear_schedule_with_warmup,
                           get_constant_schedule_with_warmup)
 from ..core import (data_dir, atomic_write_json, read_json, load_state, hold_lock, LockedError, pid_alive, rng_state,
-                         set_rng_state, append_jsonl, truncate_metrics, check_setting)
+                         set_rng_state, append_jsonl, truncate_metrics, check_setting, disk_errors)
 from ..models import (offline_mode, resolve_model, load_tokenizer, check_tokenizer, encoder_fingerprint,
                            default_device, write_model_checksums, verify_model_folder, check_finite, check_max_len)
 from ..data.blocks import build_blocks, make_batches, split_batches
@@ -361,12 +361,15 @@ def save_checkpoint(out_dir, # the run folder
     final = out_dir/f"checkpoint-{state['step']}"
     tmp = out_dir/f".tmp-checkpoint-{state['step']}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp); tok.save_pretrained(tmp)
-    atomic_write_json(tmp/'train_config.json', asdict(cfg))
-    torch.save({**state, 'rng': rng_state(), 'optimizer': opt.state_dict() if opt else None,
-                'scheduler': sched.state_dict() if sched else None,
-                'scaler': scaler.state_dict() if scaler is not None and scaler.is_enabled() else None}, tmp/'trainer_state.pt')
-    write_model_checksums(tmp)  # verified on resume and whenever the folder is loaded as a model
+    try:
+        with disk_errors(final):  # a full disk or `ulimit -f`: a clear error naming the checkpoint, not torch's "unexpected pos"
+            model.save_pretrained(tmp); tok.save_pretrained(tmp)
+            atomic_write_json(tmp/'train_config.json', asdict(cfg))
+            torch.save({**state, 'rng': rng_state(), 'optimizer': opt.state_dict() if opt else None,
+                        'scheduler': sched.state_dict() if sched else None,
+                        'scaler': scaler.state_dict() if scaler is not None and scaler.is_enabled() else None}, tmp/'trainer_state.pt')
+            write_model_checksums(tmp)  # verified on resume and whenever the folder is loaded as a model
+    except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise  # no half-written checkpoint is left to fill the disk
     if final.exists():  # e.g. a re-run of the same step: swap, then drop the old one
         old = out_dir/f".old-{final.name}-{os.getpid()}"; final.rename(old); tmp.rename(final); shutil.rmtree(old)
     else: tmp.rename(final)
