@@ -10,9 +10,9 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['SETTINGS', 'project_root', 'data_dir', 'results_dir', 'disk_errors', 'atomic_path', 'atomic_write_bytes',
            'atomic_write_text', 'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json', 'UnsafeFileError',
-           'load_state', 'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'hold_lock',
-           'pid_alive', 'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics', 'setting_problem',
-           'check_setting']
+           'load_state', 'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'open_lock_file',
+           'hold_lock', 'pid_alive', 'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics',
+           'setting_problem', 'check_setting']
 
 # %% ../nbs/01_core.ipynb #a89dcfc9
 def project_root() -> Path:
@@ -192,9 +192,12 @@ class LockedError(RuntimeError):
 
 _HELD: dict = {}  # lock file -> [open file, depth] of the locks this process holds
 
-def _open_lock_file(p: str, what: str):
+def open_lock_file(p, # the lock file (created if missing)
+                   what: str, # what it locks, for the message
+                  ):
     "The lock file `p` opened for reading and writing; refused when it is a link (symbolic or hard) or not a file."
     import stat, errno
+    p = str(p)
     try: fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0), 0o666)
     except OSError as e:
         if e.errno != errno.ELOOP: raise
@@ -222,7 +225,7 @@ def hold_lock(folder, # the folder written under the lock (created if missing)
         try: yield
         finally: _HELD[p][1] -= 1
         return
-    fh = _open_lock_file(p, what)
+    fh = open_lock_file(p, what)
     try: fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         fh.seek(0); holder = fh.read().strip() or 'another process'; fh.close()

@@ -850,3 +850,11 @@ def test_r3_file_size_limit_is_named(tmp_path, what):
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith('OSError: ') and 'file size limit' in last and 'ulimit -f' in last, last
     assert ('big.bin' if what == 'bytes' else 'index.faiss') in last, last
+
+def test_r3_results_folder_lock_that_is_a_link_is_not_truncated(ws, capsys):
+    "The batch runner's lock on a results folder (a folder that bundles are collected into) follows the same rule."
+    outside = ws['res'].parent/'precious.txt'; outside.write_text('keep me\n')
+    folder = ws['res']/'runs'/'p'; folder.mkdir(parents=True, exist_ok=True); (folder/'.lock').symlink_to(outside)
+    (ws['pa']/'p.yaml').write_text('notebooks:\n  01_a: {}\n')
+    assert batch_main(['p'] + ws['cli']) == 2
+    assert 'symbolic link' in capsys.readouterr().err and outside.read_text() == 'keep me\n'

@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 import yaml
 from ..core import (project_root, results_dir, data_dir, atomic_path, atomic_write_text, atomic_write_json,
-                         read_json, hold_lock, LockedError)
+                         read_json, hold_lock, LockedError, open_lock_file)
 
 # %% auto #0
 __all__ = ['FREE_TEXT', 'MODEL_PARAMS', 'PACKAGES', 'WHERE_PARAMS', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'LOCAL_MARK',
@@ -923,7 +923,9 @@ def _collect_outputs(run_dir: Path, before: dict, step: str, run: str, state: st
 def _profile_lock(folder: Path, profile: str | None = None):
     import fcntl
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder/'.lock', 'w') as fh:
+    try: fh = open_lock_file(folder/'.lock', 'results folder')  # a link there is refused, never truncated
+    except ValueError as e: raise BatchError(str(e)) from None
+    with fh:
         try: fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError: raise BatchError(f'Another runner is using {folder} right now; wait for it to finish.')
         if profile is None: yield; return
