@@ -286,10 +286,10 @@ def truncate_metrics(path, # a log of `append_jsonl` rows with a 'step'
 
 # %% ../nbs/01_core.ipynb #3db2a39d
 SETTINGS = {  # name: (kind, lowest, highest, what it is): read by `check_setting` and by `npm-nb batch --dry-run`
-    'l_max': ('int', 1, 512, 'longest phrase in tokens; a phrase lies inside one block (paper: 10, 20 for translation)'),
-    'temperature': ('real', 1e-3, 1e3, 'softmax temperature (paper: 1 open-set, 5 closed-set); below 1e-3 the '
+    'l_max': ('int', 1, 512, 'longest phrase in tokens, at most one block; the paper uses 10, and 20 for translation'),
+    'temperature': ('real', 1e-3, 1e3, 'softmax temperature; the paper uses 1 open-set and 5 closed-set; below 1e-3 the '
                     'similarities overflow and every probability is 0'),
-    'hnsw_m': ('int', 2, 512, 'HNSW neighbours a node (paper: 32)'),
+    'hnsw_m': ('int', 2, 512, 'HNSW neighbours a node; the paper uses 32'),
     'max_len': ('int', 8, 8192, "tokens per block, [CLS] and [SEP] included; at most the encoder's positions"),
     'short_len': ('int', 8, 8192, "tokens per block of the short-block variant; at most the encoder's positions"),
 }

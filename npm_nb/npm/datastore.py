@@ -603,7 +603,7 @@ def _commit(self, st):
     atomic_write_json(pend/'commit.json', {'manifest': m, 'base_rows': N0})  # decided: any later call finishes it
     _finish_commit(self.path)
     _remember(self.path, m)  # hashed just now
-    self._open()
+    self._open(verify=False)  # our own bytes, hashed just now; a later open checks them (RACY_SECONDS)
 
 def _finish_commit(path: Path):
     "Carry out the commit decided in `pending/commit.json`: vectors, manifest, clean-up. Every step may be repeated."
@@ -882,7 +882,7 @@ def _remove(self, ids, # document ids to remove (see `ds.doc_ids`): one, or a li
                  meta_checksums=folder_checksums(meta))
         atomic_write_json(pend/'commit.json', {'manifest': m, 'base_rows': len(vb), 'replace': True})  # decided
         _finish_commit(self.path)
-        _remember(self.path, m); self._open()
+        _remember(self.path, m); self._open(verify=False)  # hashed just now
     return self
 
 Datastore.remove = _remove
