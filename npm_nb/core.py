@@ -8,10 +8,11 @@ import os, json, time, tempfile, contextlib
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['project_root', 'data_dir', 'results_dir', 'atomic_path', 'atomic_write_bytes', 'atomic_write_text',
-           'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json', 'UnsafeFileError', 'load_state',
-           'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'hold_lock', 'pid_alive',
-           'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics']
+__all__ = ['SETTINGS', 'project_root', 'data_dir', 'results_dir', 'disk_errors', 'atomic_path', 'atomic_write_bytes',
+           'atomic_write_text', 'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json', 'UnsafeFileError',
+           'load_state', 'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'open_lock_file',
+           'hold_lock', 'pid_alive', 'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics',
+           'setting_problem', 'check_setting']
 
 # %% ../nbs/01_core.ipynb #a89dcfc9
 def project_root() -> Path:
@@ -32,6 +33,36 @@ def results_dir(*parts) -> Path:
     return Path(os.environ.get('NPM_NB_RESULTS', project_root()/'results')).joinpath(*parts)
 
 # %% ../nbs/01_core.ipynb #0b327188
+_NO_ROOM = ('unexpected pos', 'file write failed', 'fwrite', 'No space left', 'File too large', 'Disk quota',
+            'code: 28', 'code: 27', 'code: 122', 'StorageFull', 'FileTooLarge')  # torch.save, FAISS, safetensors (Rust io)
+
+def _no_room(path, errno_=None) -> OSError:
+    import errno, resource
+    path = Path(path); limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if errno_ == errno.EFBIG or (errno_ is None and limit != resource.RLIM_INFINITY and free_bytes(_existing(path)) > 64 << 20):
+        return OSError(errno.EFBIG, f"writing {path} failed: the file is too large for this process's file size limit "
+                       f"(`ulimit -f`: {limit if limit == resource.RLIM_INFINITY else f'{limit / 2**20:,.1f} MiB'}); "
+                       "raise the limit (ulimit -f unlimited) and run again")
+    return OSError(errno.ENOSPC, f"writing {path} failed: the disk of {_existing(path)} is full "
+                   f"({free_bytes(_existing(path)) / 2**20:,.1f} MiB free); free some space (or set NPM_NB_DATA to a "
+                   "larger disk) and run again")
+
+def _existing(path: Path) -> Path:
+    return next((p for p in [path, *path.parents] if p.exists()), Path('.'))
+
+@contextlib.contextmanager
+def disk_errors(path, # the file (or folder) the block writes
+               ):
+    "Turn a write that failed for want of room (a full disk, a quota, `ulimit -f`) into a clear `OSError` naming `path`."
+    import errno
+    try: yield
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EFBIG, getattr(errno, 'EDQUOT', -1)): raise _no_room(path, e.errno) from None
+        raise
+    except Exception as e:  # torch.save ("unexpected pos"), faiss.write_index ("fwrite"), safetensors ("code: 28")
+        if any(s in str(e) for s in _NO_ROOM): raise _no_room(path) from None
+        raise
+
 @contextlib.contextmanager
 def atomic_path(path, # the final file name
                 suffix: str = '.tmp'):
@@ -40,8 +71,9 @@ def atomic_path(path, # the final file name
     fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix=suffix, dir=path.parent); os.close(fd)
     umask = os.umask(0); os.umask(umask); os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give a normal file's mode
     try:
-        yield Path(tmp)
-        with open(tmp, 'rb+') as f: os.fsync(f.fileno())
+        with disk_errors(path):
+            yield Path(tmp)
+            with open(tmp, 'rb+') as f: os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp): os.unlink(tmp)
@@ -160,6 +192,26 @@ class LockedError(RuntimeError):
 
 _HELD: dict = {}  # lock file -> [open file, depth] of the locks this process holds
 
+def open_lock_file(p, # the lock file (created if missing)
+                   what: str, # what it locks, for the message
+                  ):
+    "The lock file `p` opened for reading and writing; refused when it is a link (symbolic or hard) or not a file."
+    import stat, errno
+    p = str(p)
+    try: fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0), 0o666)
+    except OSError as e:
+        if e.errno != errno.ELOOP: raise
+        raise ValueError(f"the lock file {p} of {what} {Path(p).parent} is a symbolic link (to {os.readlink(p)!r}); "
+                          f"it is not followed (writing the lock would overwrite its target): delete the link (rm {p}) "
+                          "and run again") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        raise ValueError(f"the lock file {p} of {what} {Path(p).parent} is "
+                          + ("not a plain file" if not stat.S_ISREG(st.st_mode) else f"a hard link ({st.st_nlink} names)")
+                          + f"; it is not written (that would overwrite another file): delete it (rm {p}) and run again")
+    return os.fdopen(fd, 'r+')
+
 @contextlib.contextmanager
 def hold_lock(folder, # the folder written under the lock (created if missing)
               what: str = 'folder', # what it is, for the message ("datastore", "checkpoint folder")
@@ -167,13 +219,13 @@ def hold_lock(folder, # the folder written under the lock (created if missing)
     "Hold an exclusive lock on `folder` for the block; raise `LockedError` at once if another process holds it."
     import fcntl
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
-    p = str((folder/'.lock').resolve())
+    p = str(folder.resolve()/'.lock')  # the lock file itself is never resolved: a link there is refused, not followed
     if p in _HELD:  # re-entrant within this process
         _HELD[p][1] += 1
         try: yield
         finally: _HELD[p][1] -= 1
         return
-    fh = open(p, 'a+')
+    fh = open_lock_file(p, what)
     try: fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         fh.seek(0); holder = fh.read().strip() or 'another process'; fh.close()
@@ -231,3 +283,31 @@ def truncate_metrics(path, # a log of `append_jsonl` rows with a 'step'
     if not path.exists(): return
     keep = [l for l in path.read_text().splitlines() if l.strip() and (s := _step_of(l)) is not None and s <= step]
     path.write_text(''.join(l + '\n' for l in keep))
+
+# %% ../nbs/01_core.ipynb #3db2a39d
+SETTINGS = {  # name: (kind, lowest, highest, what it is): read by `check_setting` and by `npm-nb batch --dry-run`
+    'l_max': ('int', 1, 512, 'longest phrase in tokens, at most one block; the paper uses 10, and 20 for translation'),
+    'temperature': ('real', 1e-3, 1e3, 'softmax temperature; the paper uses 1 open-set and 5 closed-set; below 1e-3 the '
+                    'similarities overflow and every probability is 0'),
+    'hnsw_m': ('int', 2, 512, 'HNSW neighbours a node; the paper uses 32'),
+    'max_len': ('int', 8, 8192, "tokens per block, [CLS] and [SEP] included; at most the encoder's positions"),
+    'short_len': ('int', 8, 8192, "tokens per block of the short-block variant; at most the encoder's positions"),
+}
+
+def setting_problem(name: str, # a name of `SETTINGS` (any other name: no problem)
+                    value) -> str | None:
+    "Why `value` is not allowed for the setting `name`, as a sentence that says what is; None when it is allowed."
+    if name not in SETTINGS: return None
+    import math, numbers
+    kind, lo, hi, what = SETTINGS[name]
+    if kind == 'int':
+        ok = isinstance(value, numbers.Integral) and type(value).__name__ not in ('bool', 'bool_') and lo <= value <= hi
+        return None if ok else f"{name}={value!r}: use a whole number from {lo:,} to {hi:,} ({what})"
+    ok = (isinstance(value, numbers.Real) and type(value).__name__ not in ('bool', 'bool_') and math.isfinite(value)
+          and lo <= value <= hi)
+    return None if ok else f"{name}={value!r}: use a finite number from {lo:g} to {hi:g} ({what})"
+
+def check_setting(name: str, value):
+    "`value`, or a `ValueError` saying what `SETTINGS` allows for `name`."
+    if why := setting_problem(name, value): raise ValueError(why)
+    return value

@@ -8,12 +8,13 @@ import os, hashlib, importlib.util, zipfile, shutil
 from pathlib import Path
 import torch
 from transformers import AutoTokenizer, AutoConfig, AutoModel, AutoModelForMaskedLM, BertConfig, BertModel, BertForMaskedLM
-from .core import data_dir, read_json, file_checksum, folder_checksums, verify_checksums
+from .core import data_dir, read_json, file_checksum, folder_checksums, verify_checksums, check_setting
 
 # %% auto #0
 __all__ = ['MODEL_ALIASES', 'CHECKSUMS', 'MIN_VOCAB', 'offline_mode', 'default_device', 'resolve_model', 'write_model_checksums',
            'verify_model_folder', 'check_tokenizer', 'load_tokenizer', 'NotAnEncoder', 'check_encoder_config',
-           'load_encoder', 'check_finite', 'hidden_size', 'tiny_encoder', 'encoder_fingerprint', 'check_pair']
+           'load_encoder', 'check_finite', 'hidden_size', 'encoder_positions', 'check_max_len', 'model_problem',
+           'model_positions', 'tiny_encoder', 'encoder_fingerprint', 'check_pair']
 
 # %% ../nbs/02_models.ipynb #32cf2f21
 def offline_mode():
@@ -183,6 +184,55 @@ def check_finite(model, where='') -> None:
 def hidden_size(model) -> int:
     "Width h of the token vectors (the paper's similarity divides by sqrt(h))."
     return model.config.hidden_size
+
+# %% ../nbs/02_models.ipynb #707b08ee
+def encoder_positions(config) -> int | None:
+    "The most tokens one sequence of this encoder may hold (its position embeddings), or None when unknown."
+    n = getattr(config, 'max_position_embeddings', None)
+    if not isinstance(n, int): return None
+    if getattr(config, 'model_type', '') in ('roberta', 'xlm-roberta', 'camembert', 'longformer', 'mpnet'):
+        n -= (getattr(config, 'pad_token_id', None) or 0) + 1  # position ids start after the padding index
+    return n
+
+def check_max_len(max_len, # tokens per block, [CLS] and [SEP] included
+                  model=None, # an encoder (or its config): its positions bound `max_len` too
+                  name: str = 'max_len'):
+    "`max_len`, or a clear `ValueError` when it is outside `SETTINGS` or longer than the encoder's positions."
+    check_setting(name, max_len)
+    n = encoder_positions(getattr(model, 'config', model)) if model is not None else None
+    if n is not None and max_len > n:
+        raise ValueError(f"{name}={max_len}: this encoder has {n} positions, so a block holds at most {n} tokens; use {name} <= {n}")
+    return max_len
+
+def _config_of(name: str):
+    "The config of the model `name` when it can be read without loading weights or unpacking anything, else None."
+    path = Path(resolve_model(name)) if name == 'minilm' else Path(name).expanduser()
+    if name == 'mpnet': path = data_dir('cache', 'models', 'all-mpnet-base-v2')
+    if not (path/'config.json').is_file(): return None
+    try: return AutoConfig.from_pretrained(str(path))
+    except Exception: return None
+
+def model_problem(name) -> str | None:
+    "Why `name` cannot name a model (no such folder, a folder without `config.json`, an uncached Hub id offline), or None."
+    if not isinstance(name, str) or not name or name in MODEL_ALIASES: return None
+    p = Path(name).expanduser()
+    if p.is_dir():
+        return None if (p/'config.json').is_file() else f"{name} is a folder without config.json, not a model folder"
+    if p.exists(): return f"{name} is a file; give a model folder (config.json + model.safetensors)"
+    if name.startswith(('/', '~')): return f"no model folder {name} (not an alias either: {', '.join(MODEL_ALIASES)})"
+    if name.startswith('.') or name.count('/') > 1 or '\\' in name: return None  # relative: found where it is used
+    if os.environ.get('HF_HUB_OFFLINE', '0') not in ('0', '', 'false'):
+        from huggingface_hub import try_to_load_from_cache
+        if not isinstance(try_to_load_from_cache(name, 'config.json'), str):
+            return (f"{name!r} is not an alias ({', '.join(MODEL_ALIASES)}), not a folder, and not in the Hugging Face "
+                    "cache (the Hub is offline); give an alias or a model folder, or download it first")
+    return None
+
+def model_positions(name) -> int | None:
+    "`encoder_positions` of the model `name`, read from its config alone (None when that is not at hand)."
+    try: c = _config_of(name) if isinstance(name, str) and name and not model_problem(name) else None
+    except (OSError, FileNotFoundError): return None
+    return encoder_positions(c) if c is not None else None
 
 # %% ../nbs/02_models.ipynb #f4fd3fe4
 def tiny_encoder(tok, # the tokenizer whose vocabulary the encoder embeds

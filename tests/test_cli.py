@@ -94,6 +94,8 @@ def test_round_trip(cli):
     assert 'zanzibar' not in {a['doc_id'] for a in after} and not any('zanzibar' in a['text'].lower() for a in after)
     assert {'greece.txt', 'kenya.txt'} <= {a['doc_id'] for a in after}
     assert cli.run('ask', 'store', 'no blank here', ok=False).returncode == 2  # (more errors: nbs/24_cli.ipynb)
+    r = cli.run('ask', 'store', QUERY, '--l-max', '1000000', ok=False)  # a range of npm_nb.core.SETTINGS, not a long hang
+    assert r.returncode != 0 and '1000000' in r.stderr and '512' in r.stderr and 'Traceback' not in r.stderr, r.stderr
 
 
 def test_default_encoder_is_said(cli):

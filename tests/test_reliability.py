@@ -673,3 +673,188 @@ def test_r2_10_profiles_mean_what_they_say(ws, capsys, text, part):
     (ws['pa']/'p.yaml').write_text(text)
     assert batch_main(['p', '--dry-run'] + ws['cli']) == 2
     assert part in capsys.readouterr().err
+
+# ---------------------------------------------------------------- round three (#38): a damaged store is seen on every open
+def test_r3_bit_flip_seen_on_every_open(copy, monkeypatch):
+    import npm_nb.npm.datastore as d
+    p = copy('flip'); f = p/'vectors.f16'
+    time.sleep(d.RACY_SECONDS + 0.1)  # the copy's files are no longer "racily" new: a verification is remembered
+    Datastore.load(p); Datastore(p)
+    hashed = []; real = d.file_checksum
+    monkeypatch.setattr(d, 'file_checksum', lambda *a, **k: hashed.append(a) or real(*a, **k))
+    Datastore.load(p); Datastore(p)
+    assert not hashed, 'an unchanged store is not hashed again in the same process (the cost of an open stays small)'
+    with open(f, 'r+b') as h: h.seek(100); b = h.read(1); h.seek(100); h.write(bytes([b[0] ^ 1]))  # one flipped bit
+    raises(lambda: Datastore.load(p), 'changed since they were written')  # the second open in this process
+    raises(lambda: Datastore(p), 'changed since they were written')  # opened directly
+    with open(f, 'r+b') as h: h.seek(100); h.write(b)  # repaired: opens again
+    assert len(Datastore(p))
+
+def test_r3_bit_flip_with_its_mtime_set_back_is_seen(copy):
+    import npm_nb.npm.datastore as d
+    p = copy('flip2'); f = p/'vectors.f16'
+    time.sleep(d.RACY_SECONDS + 0.1); Datastore(p)
+    st = f.stat()
+    with open(f, 'r+b') as h: h.seek(64); b = h.read(1); h.seek(64); h.write(bytes([b[0] ^ 0x10]))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # the mtime as it was: the ctime still moved
+    raises(lambda: Datastore(p), 'changed since they were written')
+
+def test_r3_a_store_changed_just_after_its_check_is_checked_again(copy):
+    "Within RACY_SECONDS of a change the timestamps cannot tell a second change: such a check is not remembered."
+    p = copy('racy'); f = p/'vectors.f16'
+    Datastore(p)  # the copy is new: verified, not remembered
+    with open(f, 'r+b') as h: h.seek(8); b = h.read(1); h.seek(8); h.write(bytes([b[0] ^ 1]))
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns))
+    raises(lambda: Datastore(p), 'changed since they were written')
+
+# ---------------------------------------------------------------- round three: paths that are links
+@pytest.mark.parametrize('kind', ['symlink', 'hardlink'])
+def test_r3_lock_file_that_is_a_link_is_not_followed(tmp_path, kind):
+    outside = tmp_path/'precious.txt'; outside.write_text('keep me\n')
+    folder = tmp_path/'store'; folder.mkdir()
+    (folder/'.lock').symlink_to(outside) if kind == 'symlink' else os.link(outside, folder/'.lock')
+    raises(lambda: hold_lock(folder, 'datastore').__enter__(), '.lock', 'delete', 'run again')
+    assert outside.read_text() == 'keep me\n', 'the target of the link was written'
+    (folder/'.lock').unlink()
+    with hold_lock(folder, 'datastore'): pass  # a plain lock file again: it locks
+
+def test_r3_links_and_unreadable_folders_in_an_input_folder_are_named(tmp_path):
+    from npm_nb.npm.datastore import read_documents, DocumentError
+    outside = tmp_path/'outside'; outside.mkdir(); (outside/'secret.txt').write_text('a secret outside the folder')
+    d = tmp_path/'docs'; (d/'sub').mkdir(parents=True)
+    (d/'a.txt').write_text('Athens is the capital of Greece.'); (d/'sub'/'b.txt').write_text('Seoul is in Korea.')
+    (d/'passwd.txt').symlink_to(outside/'secret.txt'); (d/'linked').symlink_to(outside)  # a file and a folder link
+    (d/'inside.txt').symlink_to(d/'a.txt')  # even a link that stays inside: one rule for every link
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always'); docs = read_documents(d)
+    assert docs['id'] == ['a.txt', 'sub/b.txt'] and not any('secret' in t for t in docs['text'])
+    said = ' '.join(str(x.message) for x in w)
+    for name in ('passwd.txt ->', 'linked ->', 'inside.txt ->', 'left out 3 links'): assert name in said, said
+    locked = d/'locked'; locked.mkdir(); (locked/'c.txt').write_text('hidden from us')
+    scandir = os.scandir
+    def unreadable(path='.'):  # as chmod 000 does for a user other than root
+        if Path(path) == locked: raise PermissionError(13, 'Permission denied', str(path))
+        return scandir(path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, 'scandir', unreadable)
+        raises(lambda: read_documents(d), 'locked', 'cannot be read', exc=DocumentError)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always'); assert read_documents(d, skip_bad=True)['id'] == ['a.txt', 'sub/b.txt']
+    assert any('locked' in str(x.message) and 'cannot be read' in str(x.message) for x in w)
+
+# ---------------------------------------------------------------- round three: numeric settings, one table for the API and --dry-run
+@pytest.mark.parametrize('kw, part', [(dict(l_max=10**6), 'l_max=1000000: use a whole number from 1 to 512'),
+                                      (dict(temperature=1e-300), 'temperature=1e-300: use a finite number from 0.001'),
+                                      (dict(temperature=True), 'temperature=True'), (dict(temperature=float('inf')), 'temperature=inf'),
+                                      (dict(l_max=True), 'l_max=True')])
+def test_r3_settings_at_the_api_edge(models, store, kw, part):
+    raises(lambda: models[0].predict(Q, store, **kw), part)
+    if 'temperature' in kw: raises(lambda: models[0].closed_set_probs(Q, store, VERB, **kw), part)
+
+def test_r3_phrase_growth_stops_when_no_longer_phrase_exists(models, store):
+    from npm_nb.npm.inference import token_table, candidate_spans
+    tt = token_table(store); seeds = np.arange(len(tt.token))
+    t = time.perf_counter(); f, l = candidate_spans(tt, seeds, seeds, l_max=10**6)  # below the API edge: no range check
+    assert time.perf_counter() - t < 3, 'the loop ran on after every block had ended'
+    f2, l2 = candidate_spans(tt, seeds, seeds, l_max=64)  # blocks of 32 tokens: the same phrases
+    assert sorted(zip(f.tolist(), l.tolist())) == sorted(zip(f2.tolist(), l2.tolist()))
+
+def test_r3_block_lengths_at_the_api_edge(models, tmp_path):
+    m = models[0]
+    raises(lambda: m.build_datastore(DOCS, tmp_path/'a', max_len=3, progress=False), 'max_len=3: use a whole number from 8')
+    n = m.encoder.config.max_position_embeddings
+    raises(lambda: m.build_datastore(DOCS, tmp_path/'b', max_len=n + 1, progress=False), f'has {n} positions')
+    raises(lambda: TrainConfig(max_len=3), 'max_len=3')
+    assert not (tmp_path/'b'/'manifest.json').exists()
+
+@pytest.mark.parametrize('name, value, part', [
+    ('05_open_set.l_max', '1000000', 'l_max=1000000: use a whole number from 1 to 512'),
+    ('04_closed_set.temperature', '1e-300', 'temperature=1e-300: use a finite number from 0.001'),
+    ('03_index_benchmark.hnsw_m', '1', 'hnsw_m=1: use a whole number from 2'), ('10_speed.hnsw_m', '1', 'hnsw_m=1'),
+    ('01_train.max_len', '3', 'max_len=3: use a whole number from 8'),
+    ('01_train.max_len', '1024', "max_len=1024: the encoder 'minilm' has 512 positions"),
+    ('01_train.model', '/no/such/checkpoint', 'no model folder /no/such/checkpoint'),
+    ('05_open_set.rows', 'npm,nosuchrow', "'nosuchrow' is not one of the allowed values"),
+    ('04_closed_set.rows', 'npm,mlm_fuzy', "did you mean 'mlm_fuzzy'"), ('07_translation.rows', 'npm,single', "'single' is not one of")])
+def test_r3_dry_run_checks_the_same_ranges(capsys, name, value, part):
+    assert batch_main(['smoke', '--dry-run', '-p', name, value]) == 2
+    assert part in capsys.readouterr().err
+
+def test_r3_dry_run_and_api_share_one_table(monkeypatch, capsys, models, store):
+    "A range changed in npm_nb.core.SETTINGS changes what both refuse: the two cannot drift apart."
+    import npm_nb.core as core
+    monkeypatch.setitem(core.SETTINGS, 'l_max', ('int', 1, 5, 'a narrower range'))
+    assert batch_main(['smoke', '--dry-run', '-p', '05_open_set.l_max', '6']) == 2
+    assert 'l_max=6: use a whole number from 1 to 5' in capsys.readouterr().err
+    raises(lambda: models[0].predict(Q, store, l_max=6), 'l_max=6: use a whole number from 1 to 5')
+
+# ---------------------------------------------------------------- round three: documents in other shapes, documents of any length
+def test_r3_dataframe_of_documents(models, tmp_path):
+    import pandas as pd
+    m = models[0]
+    ds = m.build_datastore(pd.DataFrame(DOCS), tmp_path/'df', max_len=32, progress=False)
+    assert ds.doc_ids == DOCS['id'] and ds.texts == DOCS['text']  # its rows, not its column names
+    raises(lambda: m.build_datastore(pd.DataFrame({'body': DOCS['text']}), tmp_path/'x', max_len=32, progress=False),
+           "needs a 'text' column", "['body']")
+
+def test_r3_a_huge_document_is_tokenized_in_windows(tok, monkeypatch):
+    "One enormous line is never handed to the tokenizer whole (its offsets and encodings took gigabytes); the blocks are the same."
+    import npm_nb.data.blocks as b
+    text = ' '.join(DOCS['text'] * 40) + '\nSeoul ' * 30  # 2.6k characters, windows of 300
+    whole = b.build_blocks({'text': [text, 'Athens.']}, tok, max_len=32, progress=False)
+    seen, call = [], type(tok).__call__
+    def spy(self, texts, *a, **k):
+        seen.append(max(map(len, texts)) if isinstance(texts, list) else len(texts)); return call(self, texts, *a, **k)
+    monkeypatch.setattr(type(tok), '__call__', spy); monkeypatch.setattr(b, 'LONG_TEXT', 300)
+    cut = b.build_blocks({'text': [text, 'Athens.']}, tok, max_len=32, progress=False)
+    assert max(seen) <= 300, f'the tokenizer saw {max(seen)} characters at once'
+    assert cut.to_dict() == whole.to_dict()
+
+# ---------------------------------------------------------------- round three: an empty store; a full disk and `ulimit -f` while saving
+def test_r3_store_without_vectors(models, tmp_path):
+    m = models[0]
+    empty = m.build_datastore({'text': ['the of and .', 'a the .']}, tmp_path/'e', max_len=32, remove_stopwords=True, progress=False)
+    assert len(empty) == 0
+    for f in (lambda: m.closed_set_probs(Q, empty, VERB), lambda: m.predict(Q, empty), lambda: m.predict_batch([Q], empty),
+              lambda: NPM(m.encoder, m.tok, mode='single').predict_single(Q, empty)):
+        raises(f, 'holds no vectors', 'stopword')
+    raises(lambda: BM25Retriever(empty), 'BM25 has nothing to index')
+
+def test_r3_full_disk_while_saving_is_named(run, tmp_path, monkeypatch):
+    "torch.save's 'unexpected pos' and FAISS's fwrite failure on a full disk become one sentence naming the file."
+    import npm_nb.core as core, npm_nb.npm.training as tr
+    monkeypatch.setattr(core, 'free_bytes', lambda folder: 1 << 20)
+    def full(*a, **k): raise RuntimeError('[enforce fail at inline_container.cc:603] . unexpected pos 4544 vs 4432')
+    monkeypatch.setattr(tr.torch, 'save', full)
+    from npm_nb.models import load_encoder
+    fin = run[0]; enc = load_encoder(str(fin), device='cpu'); tok = load_tokenizer(str(fin))
+    raises(lambda: tr.save_checkpoint(tmp_path/'out', enc, tok, TrainConfig(), {'step': 7}), 'checkpoint-7', 'disk', 'is full',
+           'free some space', exc=OSError)
+    assert not any((tmp_path/'out').iterdir()), 'a half-written checkpoint was left behind'
+    import faiss
+    def fwrite(*a): raise RuntimeError("Error in void faiss::BufferedIOWriter::operator()... ret == (size * nitems) failed: fwrite")
+    monkeypatch.setattr(faiss, 'write_index', fwrite)
+    X = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float16)
+    raises(lambda: build_index(X, 'hnsw', progress=False).save(tmp_path/'ix'), 'index.faiss', 'is full', exc=OSError)
+
+@pytest.mark.parametrize('what', ['bytes', 'index'])
+def test_r3_file_size_limit_is_named(tmp_path, what):
+    "Under `ulimit -f` a write fails with EFBIG (Python ignores SIGXFSZ): a sentence naming the file and the limit."
+    body = {'bytes': f"from npm_nb.core import atomic_write_bytes\natomic_write_bytes({str(tmp_path/'big.bin')!r}, b'x' * (4 << 20))",
+            'index': "import numpy as np\nfrom npm_nb.npm.index import build_index\n"
+                     "X = np.random.default_rng(0).normal(size=(6000, 128)).astype(np.float16)\n"
+                     f"build_index(X, 'hnsw', progress=False).save({str(tmp_path/'ix')!r})"}[what]
+    code = f"import resource\nresource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))\n{body}"
+    r = subprocess.run([PY, '-c', code], capture_output=True, text=True, env=ENV, timeout=120)
+    assert r.returncode == 1, (r.returncode, r.stderr[-800:])
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith('OSError: ') and 'file size limit' in last and 'ulimit -f' in last, last
+    assert ('big.bin' if what == 'bytes' else 'index.faiss') in last, last
+
+def test_r3_results_folder_lock_that_is_a_link_is_not_truncated(ws, capsys):
+    "The batch runner's lock on a results folder (a folder that bundles are collected into) follows the same rule."
+    outside = ws['res'].parent/'precious.txt'; outside.write_text('keep me\n')
+    folder = ws['res']/'runs'/'p'; folder.mkdir(parents=True, exist_ok=True); (folder/'.lock').symlink_to(outside)
+    (ws['pa']/'p.yaml').write_text('notebooks:\n  01_a: {}\n')
+    assert batch_main(['p'] + ws['cli']) == 2
+    assert 'symbolic link' in capsys.readouterr().err and outside.read_text() == 'keep me\n'

@@ -5,15 +5,15 @@ disk for ever, any Host header was answered (DNS rebinding), a body was read who
 absolute server paths, and bad input was answered with HTTP 200. The app is the real one (`create_app`), driven with
 Flask's test client, over a tiny random-init encoder built in code (registered as the model `tiny`); every file goes
 under a temporary `NPM_NB_DATA`, so nothing here needs a checkpoint or a cache and the whole file takes seconds."""
-import gc, io, os, subprocess, sys, textwrap, threading, time
+import gc, io, json, os, subprocess, sys, textwrap, threading, time
 from pathlib import Path
 import numpy as np, pytest
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
 import npm_nb.run.explorer as E
-from npm_nb.run.explorer import Explorer, ModelEntry, register_model, MODELS, prepare_npm, answer_npm, create_app, MASK
+from npm_nb.run.explorer import Explorer, ModelEntry, register_model, MODELS, CORPORA, prepare_npm, answer_npm, create_app, MASK
 from npm_nb.npm.inference import NPM
-from npm_nb.models import load_tokenizer, tiny_encoder
+from npm_nb.models import load_tokenizer, tiny_encoder, load_encoder
 from npm_nb.core import project_root, data_dir
 
 Q = 'The Banpo Bridge crosses the [MASK] in Seoul.'
@@ -373,3 +373,37 @@ def test_other_bad_requests_and_server_errors(ex):
         r = post(client, query=Q, model='broken', corpus='figure1')
         assert r.status_code == 500 and 'RuntimeError' in r.get_json()['error'], (r.status_code, r.get_json())
     finally: MODELS.pop('broken')
+
+
+# Round three (#38): request fields that are not one value, text that is not Unicode, and `npm-nb serve --allow-host`.
+
+@pytest.mark.parametrize('extra, says', [({'k': [1, 2]}, "'k' must be a string, a number or true/false, not list"),
+                                         ({'topn': {}}, "'topn' must be a string, a number or true/false, not dict"),
+                                         ({'query': ['a', '[MASK]']}, "'query' must be"),
+                                         ({'corpus': 'pasted', 'corpus_text': 'Athens \udcff is in Greece.'}, 'lone surrogate'),
+                                         ({'query': 'Athens \ud800 is in [MASK].'}, 'lone surrogate'),
+                                         ({'\udcffk': 3}, 'lone surrogate')])
+def test_unreadable_request_fields_answer_400(ex, extra, says):
+    "They used to be dropped (the defaults answered instead) or to crash deep (500)."
+    client = create_app(ex, model='tiny').test_client()
+    body = json.dumps({'model': 'tiny', 'bm25': False, 'k': 16, 'query': Q, **extra})  # json escapes a lone surrogate as \udcff
+    r = client.post('/api/explore', data=body, content_type='application/json')
+    j = r.get_json()
+    assert r.status_code == 400 and says in j['error'] and 'npm-error' in j['html'], (r.status_code, j)
+
+
+def test_serve_has_the_allow_host_its_refusal_names(tok, tmp_path, data):
+    "`npm-nb serve --host 0.0.0.0` refuses other names with a message naming --allow-host: serve must accept it."
+    from npm_nb.run import cli
+    a = cli.parser().parse_args(['serve', 'store', '--host', '0.0.0.0', '--allow-host', 'box.lan', '--allow-host', 'box'])
+    assert a.allow_host == ['box.lan', 'box']
+    model = tmp_path/'tiny'; tiny_encoder(tok, seed=0).save_pretrained(model); tok.save_pretrained(model)
+    NPM(load_encoder(str(model), device='cpu'), tok).build_datastore({'text': ['Athens is the capital of Greece.']},
+                                                                     tmp_path/'store', max_len=32, progress=False)
+    try:
+        c = cli.serve_app(tmp_path/'store', str(model), 'cpu', host='0.0.0.0', allow_hosts=a.allow_host).test_client()
+        assert c.get('/', headers={'Host': 'box.lan:8765'}).status_code == 200
+        r = c.get('/', headers={'Host': 'evil.example'})
+        assert r.status_code == 403 and '--allow-host' in r.get_json()['error']
+    finally:
+        MODELS.pop('store', None); CORPORA.pop('store', None)

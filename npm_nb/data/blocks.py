@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 from ..models import check_tokenizer
 
 # %% auto #0
-__all__ = ['word_boundaries', 'is_punctuation', 'punctuation_ids', 'build_blocks', 'block_phrase', 'make_batches',
+__all__ = ['LONG_TEXT', 'word_boundaries', 'is_punctuation', 'punctuation_ids', 'build_blocks', 'block_phrase', 'make_batches',
            'split_batches']
 
 # %% ../../nbs/06_blocks.ipynb #5aa4f8df
@@ -48,6 +48,31 @@ def _pieces(n: int, starts: np.ndarray, room: int, size: int, back: int = 32):
         out.append((i, j)); i, cap = j, size
     return out
 
+LONG_TEXT = 100_000  # characters one tokenizer call sees at most: a longer document is tokenized window by window
+
+def _windows(text: str, size: int):
+    "`(start, end)` character windows of at most `size` covering `text`, each cut just before a whitespace where one is near."
+    i, n = 0, len(text)
+    while i < n:
+        j = min(n, i + size)
+        if j < n:
+            k = max(text.rfind(c, i + size // 2, j) for c in ' \n\t\r')
+            if k > i: j = k  # no whitespace in the second half (one giant "word"): cut at the size
+        yield i, j; i = j
+
+def _encoded(tok, texts: list):
+    "`(ids, offsets, valid_start, valid_end)` of each text; one longer than `LONG_TEXT` is tokenized in windows (bounded memory)."
+    kw = dict(add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
+    enc = tok([t if len(t) <= LONG_TEXT else '' for t in texts], **kw)
+    for i, t in enumerate(texts):
+        if len(t) <= LONG_TEXT:
+            yield (enc['input_ids'][i], enc['offset_mapping'][i], *word_boundaries(enc.word_ids(i))); continue
+        ids, offs, vs, ve = [], [], [], []
+        for a, b in _windows(t, LONG_TEXT):  # cut at whitespace: the tokens are those of the whole text
+            e = tok(t[a:b], **kw); s, x = word_boundaries(e.word_ids())
+            ids += e['input_ids']; offs += [(p + a, q + a) for p, q in e['offset_mapping']]; vs.append(s); ve.append(x)
+        yield ids, offs, np.concatenate(vs), np.concatenate(ve)
+
 def build_blocks(docs, # a table with a `text` column (e.g. a `datasets.Dataset`), one row a document
                  tok, # a fast tokenizer (see `load_tokenizer`)
                  max_len: int = 256, # tokens per block, special tokens included
@@ -73,11 +98,8 @@ def build_blocks(docs, # a table with a `text` column (e.g. a `datasets.Dataset`
     bar = tqdm(total=len(texts), desc=f'blocks[{source}]', disable=not progress, leave=False)
     for b in range(0, len(texts), batch_size):
         chunk = [t or '' for t in texts[b:b + batch_size]]
-        enc = tok(chunk, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
-        for i in range(len(chunk)):
-            ids, offs = enc['input_ids'][i], enc['offset_mapping'][i]
+        for i, (ids, offs, vs, ve) in enumerate(_encoded(tok, chunk)):
             if not ids: n_empty += 1; continue
-            vs, ve = word_boundaries(enc.word_ids(i))
             room = max_len - len(cur['input_ids']) - 2
             if len(ids) > room and len(ids) <= size: close(); room = size
             if room < 8: close(); room = size

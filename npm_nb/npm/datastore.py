@@ -13,13 +13,14 @@ from datasets import Dataset, load_from_disk, concatenate_datasets
 from tqdm.auto import tqdm
 from ..core import (atomic_write_json, read_json, reserve_space, file_checksum, folder_checksums, verify_checksums,
                          hold_lock, LockedError)
-from ..models import encoder_fingerprint, hidden_size, check_tokenizer, check_pair
+from ..models import encoder_fingerprint, hidden_size, check_tokenizer, check_pair, check_max_len
 from ..data.blocks import build_blocks, block_phrase, is_punctuation
 
 # %% auto #0
-__all__ = ['STOPWORDS', 'DOCUMENT_SUFFIXES', 'FORMAT_VERSION', 'MANIFEST_KEYS', 'TOKEN_COLUMNS', 'check_count', 'encode_blocks',
-           'stopword_ids', 'stored_positions', 'tokenizer_fingerprint', 'corpus_fingerprint', 'DocumentError',
-           'read_documents', 'Datastore', 'store_fingerprint', 'check_store_record', 'check_model', 'verify_store']
+__all__ = ['STOPWORDS', 'DOCUMENT_SUFFIXES', 'FORMAT_VERSION', 'MANIFEST_KEYS', 'RACY_SECONDS', 'TOKEN_COLUMNS', 'check_count',
+           'encode_blocks', 'stopword_ids', 'stored_positions', 'tokenizer_fingerprint', 'corpus_fingerprint',
+           'DocumentError', 'read_documents', 'Datastore', 'store_fingerprint', 'check_store_record', 'check_model',
+           'verify_store']
 
 # %% ../../nbs/10_datastore.ipynb #fdf5a522
 def check_count(name: str, value, lo: int = 1):
@@ -141,6 +142,12 @@ def _is_path(s: str) -> bool:
 def _as_columns(docs):
     "Columns of `docs`: a table or dict of columns as it is; a path (or paths) read (`read_documents`); a list or any iterable of strings or of dicts, gathered."
     if hasattr(docs, 'column_names') or isinstance(docs, dict): return docs
+    if hasattr(docs, 'columns') and hasattr(docs, 'iloc'):  # a pandas DataFrame: iterating it would give its column names
+        cols = [str(c) for c in docs.columns]
+        if 'text' not in cols:
+            raise ValueError(f"a DataFrame of documents needs a 'text' column (optional 'id', 'title'); its columns are "
+                             f"{cols[:20]}: rename the column of texts (df.rename(columns={{'body': 'text'}}))")
+        return {c: docs[c].tolist() for c in ('text', 'id', 'title') if c in cols}
     if isinstance(docs, os.PathLike) or isinstance(docs, str) and _is_path(docs): return read_documents(docs)
     if isinstance(docs, (str, bytes)):
         raise ValueError(f"documents must be several: got one {type(docs).__name__} ({docs[:40]!r}), which names no file "
@@ -222,6 +229,18 @@ def _file_documents(f: Path, name: str, encoding: str) -> list[tuple[str, str, s
         out.append((i, f.stem if kind == 'file' else str(r.get('title') or ''), t))
     return out
 
+def _folder_files(top: Path, links: list, problems: list):
+    "`(file, path relative to top)` of the files under `top`, hidden ones left out; links are listed in `links` (not followed), sub-folders that cannot be read in `problems`."
+    def cannot(e): problems.append(f"{e.filename}: a folder that cannot be read ({e.strerror}); make it readable (chmod) or move it out")
+    for d, dirs, names in os.walk(top, onerror=cannot):  # links to folders are not entered
+        d = Path(d)
+        for n in sorted(dirs + names):
+            f = d/n; rel = f.relative_to(top)
+            if n.startswith('.'): continue
+            if f.is_symlink(): links.append(f"{rel.as_posix()} -> {os.readlink(f)}"); continue
+            if n in names and f.is_file(): yield f, rel.as_posix()
+        dirs[:] = sorted(x for x in dirs if not x.startswith('.') and not (d/x).is_symlink())
+
 def read_documents(paths, # a file or a folder (read recursively), or a list of them
                    encoding: str = 'utf-8', # of the text files (.txt, .md, .jsonl, .csv, .tsv); Parquet is UTF-8
                    skip_bad: bool = False, # leave out files that cannot be read (a warning each) instead of failing
@@ -229,13 +248,11 @@ def read_documents(paths, # a file or a folder (read recursively), or a list of 
     "Documents `{'text', 'id', 'title'}` read from files; every file that cannot be read is named with its fix."
     try: codecs.lookup(encoding)
     except LookupError: raise ValueError(f"encoding={encoding!r} is not a text encoding Python knows (e.g. 'utf-8', 'latin-1', 'cp1252')") from None
-    files, problems, other = [], [], {}
+    files, problems, other, links = [], [], {}, []
     for p in map(Path, [paths] if isinstance(paths, (str, os.PathLike)) else paths):
         if p.is_dir():
-            for f in sorted(p.rglob('*')):
-                rel = f.relative_to(p)
-                if not f.is_file() or any(s.startswith('.') for s in rel.parts): continue
-                if f.suffix.lower() in DOCUMENT_SUFFIXES: files.append((f, rel.as_posix()))
+            for f, rel in sorted(_folder_files(p, links, problems)):  # in path order, as before
+                if f.suffix.lower() in DOCUMENT_SUFFIXES: files.append((f, rel))
                 else: other[f.suffix.lower() or 'no suffix'] = other.get(f.suffix.lower() or 'no suffix', 0) + 1
         elif p.is_file() and p.suffix.lower() in DOCUMENT_SUFFIXES: files.append((p, p.name))
         else: problems.append(f"{p}: " + ("not a document file (use " + ", ".join(DOCUMENT_SUFFIXES) + ")" if p.is_file() else "no such file or folder"))
@@ -246,6 +263,8 @@ def read_documents(paths, # a file or a folder (read recursively), or a list of 
         dup = next(((i, seen.get(i, f)) for k, (i, _, _) in enumerate(rows) if i in seen or i in [r[0] for r in rows[:k]]), None)
         if dup: problems.append(f"{f}: document id {dup[0]!r} is also in {dup[1]}; ids must be unique (rename one)"); continue
         for i, t, x in rows: seen[i] = f; cols['id'].append(i); cols['title'].append(t); cols['text'].append(x)
+    if links: warnings.warn(f"left out {len(links)} links inside the input folders (links are not followed there; give a "
+                            f"target as a path of its own to read it): {'; '.join(links[:20])}" + (' ...' if len(links) > 20 else ''))
     if other: warnings.warn(f"left out {sum(other.values())} files that are not documents ({', '.join(f'{k}: {v}' for k, v in sorted(other.items()))}); documents are {', '.join(DOCUMENT_SUFFIXES)}")
     if problems and not skip_bad:
         raise DocumentError(f"{len(problems)} of the document files cannot be read (nothing was read):\n  " + "\n  ".join(problems))
@@ -337,13 +356,17 @@ def _read_meta(path: Path, m: dict):
 
 class Datastore:
     "Token vectors of a reference corpus (fp16 memmap) with their blocks, documents and manifest."
-    def __init__(self, path, model=None, tok=None, allow_unfinished: bool = False):
+    def __init__(self, path, model=None, tok=None, allow_unfinished: bool = False,
+                 verify: bool | None = None, # check the checksums: None = unless this process verified the files as they are now
+                ):
         self.path, self.model, self.tok = Path(path), model, tok
-        self._open(allow_unfinished)
+        self._open(allow_unfinished, verify)
 
-    def _open(self, allow_unfinished: bool = False):
+    def _open(self, allow_unfinished: bool = False, verify: bool | None = None):
         m = _read_manifest(self.path)
         if not m['parts'] and not allow_unfinished: raise _unfinished(self.path)
+        if m['parts'] and (verify or (verify is None and _verify_default() and not _verified(self.path, m))):
+            verify_store(self.path, m)
         self.manifest, self.hidden = m, m['hidden']
         N = m['shape'][0]
         if N:
@@ -406,9 +429,28 @@ def check_model(ds, encoder, tok=None):
     m = getattr(ds, 'manifest', None)
     if m is not None: _check(m, encoder, tok, getattr(ds, 'path', ''))
 
-_VERIFIED_STORES: set = set()  # (path, generation, updated) verified in this process
+_VERIFIED_STORES: dict = {}  # store folder -> the stat of its files when their checksums last matched (this process)
+RACY_SECONDS = 2.0  # a file changed more recently than this is verified, but the verification is not remembered
 
-def _verify_key(path, m): return (str(Path(path).resolve()), m['generation'], m.get('updated') or m.get('created'))
+def _verify_key(path, m) -> tuple | None:
+    "The size, inode, mtime and ctime (ns) of the store's vectors, manifest and metadata files (None: one is missing)."
+    meta, key = Path(path)/f"meta-{m['generation']}", []
+    for f in [_vectors_file(path, m), Path(path)/'manifest.json', *(meta/r for r in sorted(m.get('meta_checksums') or {}))]:
+        try: s = f.stat()
+        except OSError: return None
+        key.append((str(f), s.st_size, s.st_ino, s.st_mtime_ns, s.st_ctime_ns))
+    return tuple(key)
+
+def _verified(path, m) -> bool:
+    "Whether this process verified the store and none of its files changed since (by their stat)."
+    key = _VERIFIED_STORES.get(str(Path(path).resolve()))
+    return key is not None and key == _verify_key(path, m)
+
+def _remember(path, m):
+    "Remember that the store's files matched their checksums, unless one changed too recently for its timestamps to tell."
+    key, where = _verify_key(path, m), str(Path(path).resolve())
+    if key is None or max(max(k[3], k[4]) for k in key) > time.time_ns() - RACY_SECONDS * 1e9: _VERIFIED_STORES.pop(where, None)
+    else: _VERIFIED_STORES[where] = key
 
 def verify_store(path, m: dict | None = None) -> bool:
     "Check the store's vector rows and metadata files against the manifest's checksums; False if it has none."
@@ -428,7 +470,7 @@ def verify_store(path, m: dict | None = None) -> bool:
         if file_checksum(vec, r0 * h * 2, (r1 - r0) * h * 2) != p['xxh3']:
             bad.append(f"rows {r0}:{r1} (part {i + 1}, {p['source']})")
     if bad: raise ValueError(f"datastore {path}: the vectors of {', '.join(bad)} changed since they were written; {fix}")
-    _VERIFIED_STORES.add(_verify_key(path, m))
+    _remember(path, m)
     return True
 
 def _verify(self):
@@ -450,14 +492,14 @@ def _check(m: dict, model=None, tok=None, path=''):
                          "with the model, or rebuild the datastore with this one (new path).")
 
 @classmethod
-def _create(cls, path, model, tok, max_len=256, remove_stopwords=False, source='corpus', amp=None):
+def _create(cls, path, model, tok, max_len=256, remove_stopwords=False, source='corpus', amp=None, verify=None):
     "Create an empty datastore at `path` (or open the one there after checking it matches)."
     path = Path(path)
     if (path/'manifest.json').exists():
         m = _read_manifest(path); _check(m, model, tok, path)
         for k, v in dict(max_len=max_len, remove_stopwords=remove_stopwords, amp=amp).items():
             if m.get(k) != v: raise ValueError(f"datastore {path} was built with {k}={m.get(k)!r}, not {v!r}; use another path")
-        return cls(path, model, tok, allow_unfinished=True)
+        return cls(path, model, tok, allow_unfinished=True, verify=verify)
     check_tokenizer(tok); check_pair(model, tok); path.mkdir(parents=True, exist_ok=True)
     stop = stopword_ids(tok) if remove_stopwords else np.zeros(0, np.int64)
     name = str(getattr(model, 'name_or_path', '') or '')  # the folder or alias it was loaded from ('' if built in code)
@@ -475,8 +517,8 @@ def _verify_default() -> bool: return os.environ.get('NPM_NB_VERIFY', '1').lower
 @classmethod
 def _load(cls, path, # a datastore folder
          model=None, tok=None, # when given: checked against the manifest (and kept, so `add` can encode)
-         verify: bool | None = None, # check the checksums: None = the first time this process opens the store
-                                     # (unless $NPM_NB_VERIFY=0), True = always, False = never (faster)
+         verify: bool | None = None, # check the checksums: None = unless this process verified its files as they are
+                                     # now (and $NPM_NB_VERIFY is not 0), True = always, False = never (faster)
         ) -> Datastore:
     "Open the datastore at `path`; a different encoder or tokenizer than the manifest's is an error."
     path = Path(path)
@@ -487,9 +529,7 @@ def _load(cls, path, # a datastore folder
     m = _read_manifest(path)
     if not m['parts']: raise _unfinished(path)
     _check(m, model, tok, path)
-    if verify or (verify is None and _verify_default() and _verify_key(path, m) not in _VERIFIED_STORES):
-        verify_store(path, m)
-    return cls(path, model, tok)
+    return cls(path, model, tok, verify=verify)  # the checksums are verified on opening
 
 Datastore._create, Datastore.load = _create, _load
 
@@ -562,8 +602,8 @@ def _commit(self, st):
              corpus=hashlib.sha256(f"{m['corpus']}+{st['corpus']}".encode()).hexdigest()[:16] if m['parts'] else st['corpus'])
     atomic_write_json(pend/'commit.json', {'manifest': m, 'base_rows': N0})  # decided: any later call finishes it
     _finish_commit(self.path)
-    _VERIFIED_STORES.add(_verify_key(self.path, m))  # hashed just now
-    self._open()
+    _remember(self.path, m)  # hashed just now
+    self._open(verify=False)  # our own bytes, hashed just now; a later open checks them (RACY_SECONDS)
 
 def _finish_commit(path: Path):
     "Carry out the commit decided in `pending/commit.json`: vectors, manifest, clean-up. Every step may be repeated."
@@ -671,21 +711,18 @@ def _build(cls, docs, # documents: a table with `text` (+ optional `id`, `title`
                                   # every later `add` to this store encodes the same way
          ) -> Datastore:
     "Build (or continue building) the datastore of `docs` at `path`."
-    path = Path(path); check_count('batch_size', batch_size); check_count('max_len', max_len, 3)  # [CLS] a token [SEP]
+    path = Path(path); check_count('batch_size', batch_size); check_max_len(max_len, model)  # npm_nb.core.SETTINGS, and the encoder's positions
     docs = _as_columns(docs)  # a generator is read once, here
     with hold_lock(path, 'datastore'):
         _recover(path)
-        ds = cls._create(path, model, tok, max_len, remove_stopwords, source, None if amp == 'none' else amp)
+        ds = cls._create(path, model, tok, max_len, remove_stopwords, source, None if amp == 'none' else amp, verify)
         parts = ds.manifest['parts']
         if parts:  # already built: fine if it is this corpus, an error otherwise
             fp = corpus_fingerprint(docs)
             if parts[0]['corpus'] != fp:
                 raise ValueError(f"corpus mismatch: {path} holds corpus {parts[0]['corpus']}, not these documents ({fp}); "
                                  "use another path, or Datastore.load(path, model, tok).add(docs) to extend it")
-            m = ds.manifest
-            if verify or (verify is None and _verify_default() and _verify_key(path, m) not in _VERIFIED_STORES):
-                verify_store(path, m)
-            return ds
+            return ds  # verified on opening
         return ds.add(docs, batch_size=batch_size, device=device, progress=progress)
 
 Datastore.add, Datastore.build = _add, _build
@@ -845,7 +882,7 @@ def _remove(self, ids, # document ids to remove (see `ds.doc_ids`): one, or a li
                  meta_checksums=folder_checksums(meta))
         atomic_write_json(pend/'commit.json', {'manifest': m, 'base_rows': len(vb), 'replace': True})  # decided
         _finish_commit(self.path)
-        _VERIFIED_STORES.add(_verify_key(self.path, m)); self._open()
+        _remember(self.path, m); self._open(verify=False)  # hashed just now
     return self
 
 Datastore.remove = _remove

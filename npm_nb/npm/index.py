@@ -8,7 +8,7 @@ import json, math, os, time, warnings
 from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
-from ..core import atomic_path, atomic_write_json, read_json, file_checksum
+from ..core import atomic_path, atomic_write_json, read_json, file_checksum, check_setting
 from .datastore import store_fingerprint, check_store_record
 from .search import ExactSearch
 
@@ -239,7 +239,8 @@ def check_index_params(kind: str, n: int, d: int, **p):
         whole('nbits', 1, 16, ' (bits a PQ sub-code)'); whole('nprobe', 1, why=' (lists searched a query)')
         whole('train_size', 1, why=' (training vectors)')
     if kind == 'hnsw':
-        whole('hnsw_m', 2, why=' (HNSW neighbours a node)'); whole('ef_search', 1); whole('ef_construction', 1)
+        if p.get('hnsw_m') is not None: check_setting('hnsw_m', p['hnsw_m'])  # the range of `npm_nb.core.SETTINGS`
+        whole('ef_search', 1); whole('ef_construction', 1)
 
 # %% ../../nbs/12_index.ipynb #ee0c335d
 def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datastore`

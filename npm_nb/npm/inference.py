@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import torch
-from ..core import atomic_write_json, read_json, folder_checksums, verify_checksums
+from ..core import atomic_write_json, read_json, folder_checksums, verify_checksums, check_setting
 from ..models import load_encoder, load_tokenizer, check_tokenizer, hidden_size, check_pair, encoder_fingerprint
 from .datastore import Datastore, store_fingerprint, check_store_record, check_model
 from .index import check_index
@@ -218,13 +218,14 @@ def candidate_spans(tt: TokenTable, # the datastore's tokens
                     l_max: int = 10, # longest phrase in tokens
                    ) -> tuple[np.ndarray, np.ndarray]:
     "Unique candidate phrases `(first, last)` (token numbers) grown forward from starts and backward from ends."
-    firsts, lasts = [], []
+    firsts, lasts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]  # no seed at all: no phrase
     for seeds, step in ((np.asarray(starts, np.int64), 1), (np.asarray(ends, np.int64), -1)):
         own, other = (tt.valid_start, tt.valid_end) if step > 0 else (tt.valid_end, tt.valid_start)
         seeds = np.unique(seeds[(seeds >= 0)]); seeds = seeds[own[seeds] & (tt.row[seeds] >= 0)]
         lo, hi = tt.offsets[tt.block[seeds]], tt.offsets[tt.block[seeds] + 1]
         alive = np.ones(len(seeds), bool)
         for d in range(l_max):
+            if not alive.any(): break  # every phrase reached its block's or document's end: no longer one exists
             t = seeds + step * d
             alive &= (t >= lo) & (t < hi)
             tc = np.where(alive, t, seeds)
@@ -541,6 +542,9 @@ class BM25Retriever:
     def _index(self, texts: list, k1: float = 0.9, b: float = 0.4):
         import bm25s
         corpus = bm25s.tokenize(texts, stopwords=self.stopwords, stemmer=self.stemmer, show_progress=False)
+        if not len(corpus.vocab):
+            raise ValueError(f"BM25 has nothing to index: the {len(texts)} texts hold no word but stopwords and punctuation "
+                             f"(stopwords={self.stopwords!r}); build the store from documents with text, or use dense search (no BM25)")
         self.bm25 = bm25s.BM25(k1=k1, b=b, method='lucene')
         self.bm25.index(corpus, show_progress=False)
         self.n_blocks = len(texts)
@@ -644,12 +648,11 @@ def _is_int(v): return isinstance(v, (int, np.integer)) and not isinstance(v, (b
 def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=None, restrict_k=None):
     "Raise a clear error naming the fix for a search parameter that makes no sense (`None` is not checked)."
     for name, v, lo, eg in (('k', k, 1, 'k=4096 (more than the store holds is fine)'), ('topn', topn, 0, 'topn=5'),
-                            ('l_max', l_max, 1, 'l_max=10'), ('restrict_k', restrict_k, 0, 'restrict_k=3')):
+                            ('restrict_k', restrict_k, 0, 'restrict_k=3')):
         if v is not None and (not _is_int(v) or v < lo):
             raise ValueError(f"{name}={v!r}: use an integer >= {lo}, e.g. {eg}")
-    if temperature is not None and not (isinstance(temperature, (int, float, np.number)) and math.isfinite(temperature)
-                                        and temperature > 0):
-        raise ValueError(f"temperature={temperature!r}: use a finite number > 0 (1 for open-set, 5 for closed-set)")
+    for name, v in (('l_max', l_max), ('temperature', temperature)):  # the ranges of `npm_nb.core.SETTINGS`
+        if v is not None: check_setting(name, v)
     if alpha is not None and not (isinstance(alpha, (int, float, np.number)) and math.isfinite(alpha)):
         raise ValueError(f"alpha={alpha!r}: use a finite number (0 = no length bonus)")
 
@@ -675,7 +678,12 @@ def check_verbalizers(verbalizers) -> dict:
     return verbalizers
 
 def check_inputs(model, ds, index=None, bm25=None):
-    "Raise a clear error unless `ds` was built with `model`'s encoder and tokenizer, and `index` / `bm25` on `ds`."
+    "Raise a clear error unless `ds` holds vectors, was built with `model`'s encoder and tokenizer, and `index` / `bm25` on `ds`."
+    if getattr(ds, 'manifest', None) is not None and len(ds) == 0:
+        m = ds.manifest
+        raise ValueError(f"datastore {ds.path} holds no vectors ({m['n_docs']} documents"
+                         + (", every token of them a stopword or punctuation, which remove_stopwords leaves out" if m['remove_stopwords'] else '')
+                         + "): there is nothing to retrieve; add documents with text (ds.add / npm-nb add) or build it from other documents")
     check_model(ds, model.encoder, model.tok); check_index(index, ds); check_bm25(bm25, ds)
 
 # %% ../../nbs/13_inference.ipynb #2734f024

@@ -15,9 +15,9 @@ from tqdm.auto import tqdm
 from transformers import (AutoModel, AutoModelForMaskedLM, get_linear_schedule_with_warmup,
                           get_constant_schedule_with_warmup)
 from ..core import (data_dir, atomic_write_json, read_json, load_state, hold_lock, LockedError, pid_alive, rng_state,
-                         set_rng_state, append_jsonl, truncate_metrics)
+                         set_rng_state, append_jsonl, truncate_metrics, check_setting, disk_errors)
 from ..models import (offline_mode, resolve_model, load_tokenizer, check_tokenizer, encoder_fingerprint,
-                           default_device, write_model_checksums, verify_model_folder, check_finite)
+                           default_device, write_model_checksums, verify_model_folder, check_finite, check_max_len)
 from ..data.blocks import build_blocks, make_batches, split_batches
 from .masking import span_mask, collate_npm, single_mask, collate_single, mlm_mask
 from .losses import start_end_loss, single_loss
@@ -75,6 +75,7 @@ class TrainConfig:
         if self.schedule not in ('linear', 'constant'): raise ValueError(f"schedule={self.schedule!r}: use linear or constant")
         if self.batching not in ('consecutive', 'random'): raise ValueError(f"batching={self.batching!r}: use consecutive or random")
         if self.grad_accum < 1 or self.steps < 1: raise ValueError("grad_accum and steps must be >= 1")
+        check_setting('max_len', self.max_len)  # the encoder's positions are checked when it is loaded
         self.corpora = tuple([self.corpora] if isinstance(self.corpora, str) else self.corpora)
 
 def checkpoint_dir(profile: str, # e.g. 'smoke', 'cpu', 'gpu'
@@ -360,12 +361,15 @@ def save_checkpoint(out_dir, # the run folder
     final = out_dir/f"checkpoint-{state['step']}"
     tmp = out_dir/f".tmp-checkpoint-{state['step']}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp); tok.save_pretrained(tmp)
-    atomic_write_json(tmp/'train_config.json', asdict(cfg))
-    torch.save({**state, 'rng': rng_state(), 'optimizer': opt.state_dict() if opt else None,
-                'scheduler': sched.state_dict() if sched else None,
-                'scaler': scaler.state_dict() if scaler is not None and scaler.is_enabled() else None}, tmp/'trainer_state.pt')
-    write_model_checksums(tmp)  # verified on resume and whenever the folder is loaded as a model
+    try:
+        with disk_errors(final):  # a full disk or `ulimit -f`: a clear error naming the checkpoint, not torch's "unexpected pos"
+            model.save_pretrained(tmp); tok.save_pretrained(tmp)
+            atomic_write_json(tmp/'train_config.json', asdict(cfg))
+            torch.save({**state, 'rng': rng_state(), 'optimizer': opt.state_dict() if opt else None,
+                        'scheduler': sched.state_dict() if sched else None,
+                        'scaler': scaler.state_dict() if scaler is not None and scaler.is_enabled() else None}, tmp/'trainer_state.pt')
+            write_model_checksums(tmp)  # verified on resume and whenever the folder is loaded as a model
+    except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise  # no half-written checkpoint is left to fill the disk
     if final.exists():  # e.g. a re-run of the same step: swap, then drop the old one
         old = out_dir/f".old-{final.name}-{os.getpid()}"; final.rename(old); tmp.rename(final); shutil.rmtree(old)
     else: tmp.rename(final)
@@ -566,6 +570,7 @@ def train(cfg: TrainConfig, resume: bool = True,
     device = cfg.device or (f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else 'cpu')
     tok = check_tokenizer(tok if tok is not None else load_tokenizer(cfg.model))
     model = model if model is not None else init_model(cfg)
+    check_max_len(cfg.max_len, model)  # a block longer than the encoder's positions fails deep in the forward pass
     if cfg.objective == 'mlm' and getattr(model, 'get_output_embeddings', lambda: None)() is None:
         raise ValueError("objective='mlm' needs a *ForMaskedLM model (see init_model)")
     out, cks, state, model, finished = start_state(cfg, model, resume, rank, world)

@@ -10,18 +10,18 @@ from importlib import metadata
 from pathlib import Path
 import yaml
 from ..core import (project_root, results_dir, data_dir, atomic_path, atomic_write_text, atomic_write_json,
-                         read_json, hold_lock, LockedError)
+                         read_json, hold_lock, LockedError, open_lock_file)
 
 # %% auto #0
-__all__ = ['FREE_TEXT', 'PACKAGES', 'WHERE_PARAMS', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'LOCAL_MARK', 'OUTPUT_KINDS',
-           'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml', 'deep_merge', 'params_dir',
-           'list_profiles', 'find_profile', 'load_profile', 'parse_value', 'apply_overrides', 'parameter_rule',
-           'implied_rule', 'rule_violation', 'experiments_dir', 'list_experiments', 'notebook_path',
-           'notebook_parameters', 'make_demo_notebook', 'value_matches', 'plan', 'new_run_id', 'env_info', 'step_key',
-           'run_step', 'to_jsonable', 'from_jsonable', 'StepCache', 'markdown_table', 'beside_paper', 'write_table',
-           'table_page', 'save_figure', 'example_keys', 'example_rows', 'write_examples', 'read_examples', 'latest_run',
-           'first_sentence', 'write_results_readme', 'publishes', 'summary_table', 'fit_precision', 'profile_key',
-           'step_cache_dir', 'run_batch', 'describe', 'main']
+__all__ = ['FREE_TEXT', 'MODEL_PARAMS', 'PACKAGES', 'WHERE_PARAMS', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'LOCAL_MARK',
+           'OUTPUT_KINDS', 'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml', 'deep_merge',
+           'params_dir', 'list_profiles', 'find_profile', 'load_profile', 'parse_value', 'apply_overrides',
+           'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir', 'list_experiments', 'notebook_path',
+           'notebook_parameters', 'make_demo_notebook', 'value_matches', 'setting_problems', 'plan', 'new_run_id',
+           'env_info', 'step_key', 'run_step', 'to_jsonable', 'from_jsonable', 'StepCache', 'markdown_table',
+           'beside_paper', 'write_table', 'table_page', 'save_figure', 'example_keys', 'example_rows', 'write_examples',
+           'read_examples', 'latest_run', 'first_sentence', 'write_results_readme', 'publishes', 'summary_table',
+           'fit_precision', 'profile_key', 'step_cache_dir', 'run_batch', 'describe', 'main']
 
 # %% ../../nbs/21_batch.ipynb #3542fcce
 class BatchError(Exception):
@@ -331,6 +331,27 @@ def value_matches(value, annotation: str) -> bool:
 # %% ../../nbs/21_batch.ipynb #92f99239
 def _describe(v): return f'{type(v).__name__} {v!r}'
 
+MODEL_PARAMS = ('model', 'encoder', 'retriever', 'lm', 'reader')  # names whose value names a model (alias, folder, Hub id)
+
+def setting_problems(params: dict, # one step's parameters
+                     decl: dict, # its notebook's parameters (`notebook_parameters`)
+                    ) -> list[tuple[str, str]]:
+    "`(name, why)` of what `npm_nb.core.SETTINGS` and `npm_nb.models` refuse in `params`: the API edge's ranges, models that cannot load."
+    from npm_nb.core import setting_problem
+    from npm_nb.models import model_problem, model_positions
+    out = [(k, why) for k, v in params.items() if k in decl and (why := setting_problem(k, v) or
+                                                                (model_problem(v) if k in MODEL_PARAMS else None))]
+    model = params.get('model', params.get('encoder'))
+    if model is None and 'model' in decl:
+        try: model = ast.literal_eval(decl['model']['default'] or "''")
+        except (ValueError, SyntaxError): model = None
+    n = model_positions(model) if isinstance(model, str) and model else None
+    for k in ('max_len', 'short_len'):
+        v = params.get(k)
+        if n and isinstance(v, int) and not setting_problem(k, v) and v > n:
+            out.append((k, f"{k}={v}: the encoder {model!r} has {n} positions, so a block holds at most {n} tokens"))
+    return out
+
 def plan(cfg: dict, # a configuration from `load_profile` / `apply_overrides`
          folder=None, # the experiments folder (default `nbs/experiments`)
         ) -> list[dict]:
@@ -361,6 +382,8 @@ def plan(cfg: dict, # a configuration from `load_profile` / `apply_overrides`
                 src = ('its name and type imply' if decl[k].get('implied') else 'the notebook declares')
                 errors.append(f"{name}: parameter {k!r} = {v!r} is not allowed: {why} ({src} "
                               f"[{decl[k]['rule']}]). Fix the value in the profile or on the command line (`-p {name}.{k} ...`).")
+        errors += [f"{name}: {why}. Fix the value in the profile or on the command line (`-p {name}.{k} ...`)."
+                   for k, why in setting_problems(params, decl) if not any(e.startswith(f"{name}: parameter {k!r}") for e in errors)]
         after = spec.get('after') or []
         if isinstance(after, str): after = [after]
         for a in after:
@@ -900,7 +923,9 @@ def _collect_outputs(run_dir: Path, before: dict, step: str, run: str, state: st
 def _profile_lock(folder: Path, profile: str | None = None):
     import fcntl
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder/'.lock', 'w') as fh:
+    try: fh = open_lock_file(folder/'.lock', 'results folder')  # a link there is refused, never truncated
+    except ValueError as e: raise BatchError(str(e)) from None
+    with fh:
         try: fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError: raise BatchError(f'Another runner is using {folder} right now; wait for it to finish.')
         if profile is None: yield; return

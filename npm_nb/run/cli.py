@@ -179,6 +179,8 @@ def cmd_info(a) -> int:
 # %% ../../nbs/24_cli.ipynb #3f19a3cd
 def serve_app(store, model: str | None = None, device: str | None = None, verify: bool | None = None,
               query: str | None = None, # the query the page opens with (default: the explorer's)
+              host: str = '127.0.0.1', # the address served: requests for it are answered
+              allow_hosts=(), # other host names people reach it by (`--allow-host`); any other name gets 403
              ):
     "The explorer's Flask app (chapter 23) answering from the store at `store` with its encoder."
     from npm_nb.run import explorer as E
@@ -191,11 +193,11 @@ def serve_app(store, model: str | None = None, device: str | None = None, verify
                                   E.answer_npm))
     ex = E.Explorer(device=str(npm.device), progress=False)
     ex.resources('store', corpus.key)  # the BM25 index, built (or read from the store folder) before the first request
-    return E.create_app(ex, 'store', corpus.key, query or E.EXAMPLE)
+    return E.create_app(ex, 'store', corpus.key, query or E.EXAMPLE, host=host, allow_hosts=allow_hosts)
 
 def cmd_serve(a) -> int:
     "`npm-nb serve`: the explorer web page on the store, until Ctrl-C."
-    app = serve_app(a.store, a.model, a.device, a.verify, a.query)
+    app = serve_app(a.store, a.model, a.device, a.verify, a.query, host=a.host, allow_hosts=a.allow_host)
     print(f'NPM explorer on {a.store}: http://{a.host}:{a.port}/  (Ctrl-C stops it)', flush=True)
     app.run(host=a.host, port=a.port, threaded=True)
 
@@ -259,6 +261,9 @@ def parser(prog: str = 'npm-nb') -> argparse.ArgumentParser:
     s = command('serve', 'the explorer web page (chapter 23) on the store', [enc])
     s.add_argument('--host', default='127.0.0.1'); s.add_argument('--port', type=int, default=8765)
     s.add_argument('--query', help='the query the page opens with')
+    s.add_argument('--allow-host', action='append', default=[], metavar='NAME',
+                   help='also answer requests for this host name (repeatable; e.g. the name of this machine with '
+                        '--host 0.0.0.0); other names get 403, a guard against DNS rebinding')
     i = command('info', 'documents, tokens, encoder, precision, dates and size of a store', [])
     i.add_argument('--json', action='store_true', help='as one JSON object')
     i.add_argument('--ids', action='store_true', help="list every document's id (and title)")

@@ -25,9 +25,9 @@ __all__ = ['MAX_QUERY_CHARS', 'MAX_CORPUS_CHARS', 'MAX_CORPUS_TOKENS', 'EXAMPLE'
            'public_message', 'closed_set_task', 'parse_labels', 'task_verbalizer', 'CorpusEntry', 'register_corpus',
            'ModelEntry', 'register_model', 'Settings', 'Evidence', 'Exploration', 'evidence', 'doc_meta',
            'NPMResources', 'prepare_npm', 'answer_npm', 'register_checkpoint', 'pasted_root', 'sweep_pasted',
-           'Explorer', 'bars_svg', 'render_error', 'render_html', 'explorer_widget', 'host_name', 'allowed_hosts',
-           'create_app', 'chromium_path', 'free_port', 'serve_in_thread', 'screenshot', 'start_explorer', 'main',
-           'latency_benchmark', 'write_latency']
+           'Explorer', 'bars_svg', 'render_error', 'render_html', 'explorer_widget', 'request_problem', 'host_name',
+           'allowed_hosts', 'create_app', 'chromium_path', 'free_port', 'serve_in_thread', 'screenshot',
+           'start_explorer', 'main', 'latency_benchmark', 'write_latency']
 
 # %% ../../nbs/23_explorer.ipynb #2b2d2377
 MAX_QUERY_CHARS = 1_000     # a query is a sentence or two around the blank
@@ -814,6 +814,21 @@ def _page(ex: Explorer, model: str, corpus: str, query: str, note: str | None) -
 MAX_BODY_BYTES = 12 * MAX_CORPUS_CHARS + 2**16  # the longest paste, each character JSON-escaped as a surrogate pair, + the form
 LOCAL_HOSTS = ('localhost', '127.0.0.1', '::1')
 
+def request_problem(body: dict) -> str | None:
+    "Why a request's fields cannot be read (a list or object where a value goes, text that is not valid Unicode), or None."
+    bad = [f"{k!r} must be a string, a number or true/false, not {type(v).__name__} {str(v)[:40]}" for k, v in body.items()
+           if not (isinstance(v, (str, int, float, bool)) or v is None)]
+    for k, v in body.items():
+        for what, s in (('the name', k), ('the value', v)):
+            if isinstance(s, str) and _has_surrogate(s):
+                bad.append(f"{what} of {k.encode('utf-8', 'replace').decode()!r} holds a lone surrogate (a \\udXXX escape "
+                           "without its pair), which is not valid Unicode text")
+    return ('The request cannot be read: ' + '; '.join(bad) + '. Send each setting as one value, and text as UTF-8.') if bad else None
+
+def _has_surrogate(s: str) -> bool:
+    try: s.encode('utf-8'); return False
+    except UnicodeEncodeError: return True
+
 def host_name(host: str | None) -> str:
     "The name in a Host header, lower-cased, without port, brackets or final dot: '[::1]:8765' -> '::1'."
     host = (host or '').strip().lower()
@@ -862,7 +877,7 @@ def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
             return error('The request was not a JSON object: send one such as {"query": "Thessaloniki is a city in [MASK]."}', 400)
-        body = {k: v for k, v in body.items() if isinstance(v, (str, int, float, bool)) or v is None}
+        if problem := request_problem(body): return error(problem, 400)
         q = body.pop('query', '')
         e, err, status = explorer.explore_status(q if isinstance(q, str) else str(q), **body)
         if err: return error(err, status)
