@@ -2,7 +2,8 @@
 every cell top to bottom, `#| eval: false` cells included. One test per chapter; this one run is also the chapter's test
 (its asserts), so CI executes each chapter once.
 
-`#| slow` cells (minutes of CPU each; each chapter says how long) are left out unless NPM_NB_TEST_FLAGS has `slow`.
+`#| slow` cells (a minute or more each on a loaded 2-core CPU, or a download; each chapter says how long) are left out
+unless NPM_NB_TEST_FLAGS has `slow`: a Run All runs them.
 `#| gpu` cells always run: without a CUDA GPU each one says why it skips, with one it checks the GPU path."""
 import os, re, sys
 from pathlib import Path
