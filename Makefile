@@ -47,7 +47,7 @@ chromium:
 	  else echo "note: chromium is missing (apt-get install chromium, as root); the browser test will be skipped"; fi; \
 	fi
 
-# The NPM explorer on http://127.0.0.1:8765 (trained cpu NPM when it exists, else the MiniLM init, with a note).
+# The NPM explorer on http://127.0.0.1:8765 (the cpu NPM when it exists, else the quick one, else the MiniLM init; the page says which).
 explorer: data
 	$(PY) -m npm_nb.run.explorer --profile $(PROFILE)
 

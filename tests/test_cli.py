@@ -110,18 +110,20 @@ def test_help_everywhere(cli):
     for cmd in ['build', 'add', 'remove', 'ask', 'serve', 'info']:
         r = cli.run(cmd, '--help'); assert r.stdout.startswith(f'usage: npm-nb {cmd}') and '\nexample:\n  npm-nb ' in r.stdout
     assert cli.run('--help', module='npm_nb').stdout.startswith('usage: python -m npm_nb')
-    for mod in ['npm_nb.npm.datastore', 'npm_nb.npm.inference', 'npm_nb.datastore', 'npm_nb.inference']:  # new and old names
-        r = cli.run('--help', module=mod); assert 'npm-nb build' in r.stdout and 'npm-nb ask' in r.stdout
     assert cli.run(ok=False).returncode == 2  # no command: usage on stderr
 
 
 def test_serve(cli):
-    "The explorer on a store, as a real server: the page, then one answer from the store's documents."
+    """The explorer on a store, as a real server: the page, whose banner names the encoder truly (here the quick NPM,
+    a tiny model in its folder), then a plain API request (a query only), answered from the store's documents."""
+    data = cli.work/'data-quick'; shutil.copytree(cli.work/'tiny', data/'cache'/'checkpoints'/'quick'/'npm'/'final')
+    env = {**cli.env, 'NPM_NB_DATA': str(data)}
     docs = cli.work/'serve-docs'; docs.mkdir()
     (docs/'a.txt').write_text('Mombasa is a port city of Kenya.', encoding='utf-8')
-    cli.run('build', 'serve-store', docs, '--model', 'tiny')
+    r = subprocess.run([str(cli.script), 'build', 'serve-store', str(docs)], cwd=cli.work, env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and 'quick NPM' in r.stderr, r.stderr
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
-    p = subprocess.Popen([str(cli.script), 'serve', 'serve-store', '--port', str(port)], cwd=cli.work, env=cli.env,
+    p = subprocess.Popen([str(cli.script), 'serve', 'serve-store', '--port', str(port)], cwd=cli.work, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         t0, lines = time.time(), []
@@ -133,11 +135,30 @@ def test_serve(cli):
             try: page = urllib.request.urlopen(f'http://127.0.0.1:{port}/', timeout=10).read().decode(); break
             except OSError: time.sleep(0.2)
         assert 'NPM explorer' in page
+        banner = page.split('id="banner">', 1)[1].split('</div>', 1)[0]
+        assert 'serve-store' in banner and 'the quick NPM' in banner and 'No trained' not in page, banner
         req = urllib.request.Request(f'http://127.0.0.1:{port}/api/explore', headers={'Content-Type': 'application/json'},
-                                     data=json.dumps({'query': 'Mombasa is a port city of [MASK].', 'model': 'store',
-                                                      'corpus': 'store', 'bm25': False}).encode())
+                                     data=json.dumps({'query': 'Mombasa is a port city of [MASK].', 'bm25': False}).encode())
         r = json.loads(urllib.request.urlopen(req, timeout=120).read())
         assert 'error' not in r, r
-        assert r['result']['answers'] and {a['doc_id'] for a in r['result']['answers']} == {'a.txt'}
+        assert r['result']['answers'] and {a['doc_id'] for a in r['result']['answers']} == {'a.txt'}, r['result']['answers'][:3]
     finally:
         p.terminate(); p.wait(timeout=30)
+
+
+def test_messages_in_cli_words(cli):
+    "Errors name flags, not Python names; a lower-case [mask] and an unquoted query get hints; `info | head` no traceback."
+    (cli.work/'hint.txt').write_text('Mombasa is a port city of Kenya.', encoding='utf-8')
+    cli.run('build', 'hint-store', 'hint.txt', '--model', 'tiny')
+    r = cli.run('remove', 'hint-store', 'nope.txt', ok=False)
+    assert '--missing-ok' in r.stderr and 'npm-nb info hint-store --ids' in r.stderr, r.stderr
+    assert 'missing_ok' not in r.stderr and 'ds.doc_ids' not in r.stderr, r.stderr
+    r = cli.run('ask', 'hint-store', 'Mombasa is a port city of [mask].', ok=False)
+    assert r.returncode == 2 and 'case matters' in r.stderr, r.stderr
+    r = cli.run('ask', 'hint-store', 'Mombasa', 'is', 'a', 'port', 'city', 'of', '[MASK].', ok=False)
+    assert r.returncode == 2 and 'quote it' in r.stderr and '"Mombasa is a port city of [MASK]."' in r.stderr, r.stderr
+    p = subprocess.Popen([str(cli.script), 'info', 'hint-store', '--ids'], cwd=cli.work, env=cli.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # the reader goes away at once, as `| head -0` would
+    err = p.stderr.read(); p.wait(timeout=120)
+    assert 'Traceback' not in err and 'BrokenPipe' not in err and 'Broken pipe' not in err, err

@@ -28,11 +28,9 @@ def test_old_names_run_as_programs(old, usage):
 
 
 def test_old_names_run_commands():
-    "Beyond --help: a dry run of the smoke profile, the datastore module's pointer to the command line, a bad argument."
+    "Beyond --help: a dry run of the smoke profile and a bad argument."
     r = python_m('npm_nb.batch', 'smoke', '--dry-run')
     assert r.returncode == 0 and '01_train' in r.stdout, (r.stdout[-2000:], r.stderr[-2000:])
-    r = python_m('npm_nb.datastore', '--help')
-    assert r.returncode == 0 and 'npm-nb build' in r.stdout and 'usage: npm-nb' in r.stdout, r.stderr[-2000:]
     r = python_m('npm_nb.fetch', 'no-such-source')
     assert r.returncode != 0 and 'no-such-source' in r.stdout + r.stderr
 

@@ -245,7 +245,7 @@ class IndexRefresher:
 
 # %% ../../nbs/19_realm_pretraining.ipynb #beecaee4
 REALM_PAPER = dict(steps=200_000, batch_size=512, lr=3e-5, k=8, refresh_every=500, query_len=96, chunk_len=288,
-                   max_masks=10)  # §4.3, §4.5 and the TF release's launcher (REFERENCE_NOTES §6.1); k counts ∅
+                   max_masks=10)  # §4.3, §4.5 and the TF release's launcher (docs/reference.md §6.1); k counts ∅
 
 REFRESH_MODES = ('async', 'scheduled', 'sync', 'none')
 

@@ -399,5 +399,4 @@ def main(argv=None):
     except (ValueError, FileNotFoundError) as e: sys.exit(f"error: {e}")
 
 # %% ../../nbs/04_corpora.ipynb #34370e49
-#| eval: false
-if __name__ == '__main__': main()
+if __name__ == '__main__' and '__file__' in globals(): main()  # `python -m`; a notebook's Run All (no __file__) skips it

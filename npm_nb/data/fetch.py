@@ -241,5 +241,4 @@ def main(argv=None):
     print(df.to_string(index=False))
 
 # %% ../../nbs/03_fetch.ipynb #e5533434
-#| eval: false
-if __name__ == '__main__': main()
+if __name__ == '__main__' and '__file__' in globals(): main()  # `python -m`; a notebook's Run All (no __file__) skips it

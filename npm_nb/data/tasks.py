@@ -753,5 +753,4 @@ def main(argv=None):
     print(task_summary(names).to_string())
 
 # %% ../../nbs/05_tasks.ipynb #c2981c8d
-#| eval: false
-if __name__ == '__main__': main()
+if __name__ == '__main__' and '__file__' in globals(): main()  # `python -m`; a notebook's Run All (no __file__) skips it

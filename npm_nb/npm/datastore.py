@@ -886,8 +886,3 @@ def _remove(self, ids, # document ids to remove (see `ds.doc_ids`): one, or a li
     return self
 
 Datastore.remove = _remove
-
-# %% ../../nbs/10_datastore.ipynb #11a41083
-#| eval: false
-if __name__ == '__main__':
-    from npm_nb.run.cli import module_main; module_main('npm_nb.npm.datastore')

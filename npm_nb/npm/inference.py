@@ -469,7 +469,7 @@ def bm25_query(text: str, # the masked query
                question: bool | None = None, # True: a question; None: a '?' before the mask makes it one
                drop_wh: bool = True, # drop a question's interrogative words (`WH_WORDS`; False: the reference's query)
               ) -> str:
-    "The BM25 query text for a masked query (REFERENCE_NOTES §4.7; a question loses its interrogatives unless `drop_wh=False`)."
+    "The BM25 query text for a masked query (docs/reference.md §4.7; a question loses its interrogatives unless `drop_wh=False`)."
     m = text.find(MASK)
     if question is None: question = '?' in (text[:m] if m >= 0 else text)
     if question and '?' in text:
@@ -778,8 +778,3 @@ def _closed_set_probs(self: NPM, texts, # one query or a list, each with one [MA
     return out[0] if one else out
 
 NPM.predict_single, NPM.closed_set_probs = _predict_single, _closed_set_probs
-
-# %% ../../nbs/13_inference.ipynb #eeeefcf7
-#| eval: false
-if __name__ == '__main__':
-    from npm_nb.run.cli import module_main; module_main('npm_nb.npm.inference')

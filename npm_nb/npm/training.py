@@ -32,7 +32,7 @@ __all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'train
 
 # %% ../../nbs/09_training.ipynb #bf11367d
 PAPER_CONFIG = dict(lr=3e-5, weight_decay=0.01, warmup=4000, steps=100_000, clip=2.0, batch_size=512, max_len=256,
-                    betas=(0.9, 0.999), eps=1e-8, dropout=0.1, amp='fp16')  # §4, App. A.2, REFERENCE_NOTES §3
+                    betas=(0.9, 0.999), eps=1e-8, dropout=0.1, amp='fp16')  # §4, App. A.2, docs/reference.md §3
 
 OBJECTIVES = ('npm', 'single', 'mlm')
 
@@ -744,5 +744,4 @@ def main(argv=None):
         if dist.is_initialized(): dist.destroy_process_group()
 
 # %% ../../nbs/09_training.ipynb #d29a344c
-#| eval: false
-if __name__ == '__main__': main()
+if __name__ == '__main__' and '__file__' in globals(): main()  # `python -m`; a notebook's Run All (no __file__) skips it

@@ -1200,5 +1200,4 @@ def main(argv=None):
     return 0 if all(s['state'] in ('done', 'planned') for s in st['steps'].values()) else 1
 
 # %% ../../nbs/21_batch.ipynb #9a2797d8
-#| eval: false
-if __name__ == '__main__': sys.exit(main())
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())  # `python -m`; a notebook's Run All (no __file__) skips it

@@ -857,5 +857,4 @@ def main(argv=None) -> int:
     return 0
 
 # %% ../../nbs/22_bundle.ipynb #59d08623
-#| eval: false
-if __name__ == '__main__': sys.exit(main())
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())  # `python -m`; a notebook's Run All (no __file__) skips it

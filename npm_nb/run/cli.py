@@ -4,20 +4,24 @@
 
 # %% ../../nbs/24_cli.ipynb #fd49a856
 from __future__ import annotations
-import argparse, json, shlex, sys, time, warnings
+import argparse, json, os, re, shlex, sys, time, warnings
 from dataclasses import asdict
 from pathlib import Path
 from ..core import data_dir, LockedError
 # torch, transformers and datasets load inside the commands (npm_nb.npm.datastore, .inference, .explorer): `--help` answers at once
 
 # %% auto #0
-__all__ = ['TRAINED_NPM', 'QUICK_NPM', 'EXAMPLES', 'COMMANDS', 'default_encoder', 'pick_encoder', 'load_model', 'open_store',
-           'cmd_build', 'cmd_add', 'cmd_remove', 'answer_record', 'format_answers', 'cmd_ask', 'store_info',
-           'format_info', 'cmd_info', 'serve_app', 'cmd_serve', 'parser', 'main', 'module_main']
+__all__ = ['TRAINED_NPM', 'QUICK_NPM', 'TRAIN_HINT', 'EXAMPLES', 'LIBRARY_WORDS', 'COMMANDS', 'default_encoder', 'pick_encoder',
+           'load_model', 'open_store', 'cmd_build', 'cmd_add', 'cmd_remove', 'answer_record', 'format_answers',
+           'cmd_ask', 'store_info', 'format_info', 'cmd_info', 'serve_app', 'describe_encoder', 'cmd_serve', 'parser',
+           'query_hint', 'cli_words', 'main']
 
 # %% ../../nbs/24_cli.ipynb #99ca38a0
 TRAINED_NPM = ('cache', 'checkpoints', 'cpu', 'npm', 'final')  # under data/: the cpu profile's NPM (`make reproduce`)
 QUICK_NPM = ('cache', 'checkpoints', 'quick', 'npm', 'final')  # under data/: the quick profile's NPM (`make model`, minutes)
+
+TRAIN_HINT = ("Make one in minutes with `make model` in a clone of the repository (from an installed wheel: "
+              "`python -m npm_nb.npm.training --profile quick`, after fetching the corpora; README, \"A trained model\")")
 
 def _say(msg: str): print(f'npm-nb: {msg}', file=sys.stderr, flush=True)
 
@@ -32,7 +36,7 @@ def default_encoder() -> tuple[str, str | None]:
     if (p/'config.json').exists(): return str(p), None
     if (q/'config.json').exists(): return str(q), "the encoder is the quick NPM (300 steps, `make model`); `make reproduce` trains a better one"
     return 'minilm', (f"no trained NPM checkpoint at {p}, so the encoder is the untrained MiniLM init: expect poor "
-                      "answers. Make one in minutes with `make model` (or `make reproduce`), or pass --model FOLDER.")
+                      f"answers. {TRAIN_HINT}; `make reproduce` trains a better one. Or pass --model FOLDER.")
 
 def pick_encoder(model: str | None = None, # --model: an alias or a folder
                  manifest: dict | None = None, # the manifest of an existing store
@@ -43,7 +47,7 @@ def pick_encoder(model: str | None = None, # --model: an alias or a folder
     elif recorded and (Path(recorded)/'config.json').exists(): name = recorded
     else: return default_encoder()
     init = name == 'minilm' or Path(name).is_dir() and str(Path(name).resolve()) == _minilm_folder()
-    return name, ("the encoder is the untrained MiniLM init: expect poor answers (a trained NPM in minutes: `make model`)" if init else None)
+    return name, (f"the encoder is the untrained MiniLM init: expect poor answers. {TRAIN_HINT}" if init else None)
 
 # %% ../../nbs/24_cli.ipynb #7f2c2896
 def load_model(name: str, device: str | None = None):
@@ -193,7 +197,16 @@ def serve_app(store, model: str | None = None, device: str | None = None, verify
                                   E.answer_npm))
     ex = E.Explorer(device=str(npm.device), progress=False)
     ex.resources('store', corpus.key)  # the BM25 index, built (or read from the store folder) before the first request
-    return E.create_app(ex, 'store', corpus.key, query or E.EXAMPLE, host=host, allow_hosts=allow_hosts)
+    note = f"Answers come from {Path(store).name} with {describe_encoder(str(npm.encoder.name_or_path))}."
+    return E.create_app(ex, 'store', corpus.key, query or E.EXAMPLE, note=note, host=host, allow_hosts=allow_hosts)
+
+def describe_encoder(name: str) -> str:
+    "Which encoder `name` is, in words: the cpu or quick profile's trained NPM, the untrained MiniLM init, or the folder."
+    path = Path(name).resolve() if Path(name).is_dir() else None
+    for parts, says in [(TRAINED_NPM, "the cpu profile's trained NPM"), (QUICK_NPM, "the quick NPM (300 steps, `make model`)")]:
+        if path is not None and path == data_dir(*parts).resolve(): return f'{says}, {name}'
+    if name == 'minilm' or path is not None and str(path) == _minilm_folder(): return 'the untrained MiniLM init (expect poor answers)'
+    return f'the encoder {name}'
 
 def cmd_serve(a) -> int:
     "`npm-nb serve`: the explorer web page on the store, until Ctrl-C."
@@ -269,6 +282,33 @@ def parser(prog: str = 'npm-nb') -> argparse.ArgumentParser:
     i.add_argument('--ids', action='store_true', help="list every document's id (and title)")
     return ap
 
+# %% ../../nbs/24_cli.ipynb #8be28e7d
+def query_hint(queries: list, # the QUERY arguments as the shell passed them
+               bad: list, # those without [MASK]
+              ) -> str:
+    "A hint for a query without [MASK]: a lower-case `[mask]`, or a query the shell split into words (unquoted)."
+    if any('[mask]' in q.lower() for q in bad):
+        return ': write the mask in capitals, [MASK] (case matters)'
+    if len(queries) > 1 and any('[MASK]' in q or '<mask>' in q for q in queries):
+        return (f': the shell split one query into {len(queries)} arguments; quote it, e.g. '
+                f'npm-nb ask STORE "{" ".join(queries)}"')
+    return ''
+
+LIBRARY_WORDS = [  # what the library's messages say (for Python callers) -> the same advice as npm-nb commands and flags
+    (r'ds\.doc_ids \(npm-nb info STORE --ids\) lists them, missing_ok=True ignores unknown ids',
+     '`npm-nb info {store} --ids` lists them, --missing-ok ignores unknown ids'),
+    (r'call Datastore\.build\(docs, model, tok, [^)]*\) \(or model\.build_datastore\) again with the same documents',
+     'run `npm-nb build {store} FILES...` again with the same files'),
+    (r'\(a new path: model\.build_datastore\(docs, path\)\)', '(`npm-nb build NEW_STORE FILES... --model ...`)'),
+    (r'\(Datastore\.build / NPM\.build_datastore\)', '(`npm-nb build {store} FILES...`)'),
+]
+
+def cli_words(message: str, a=None) -> str:
+    "An error message of the library in the command line's words: `npm-nb` commands and flags instead of Python names."
+    store = getattr(a, 'store', None) or 'STORE'
+    for pattern, words in LIBRARY_WORDS: message = re.sub(pattern, lambda _, w=words.format(store=store): w, message)
+    return message
+
 # %% ../../nbs/24_cli.ipynb #23889b88
 COMMANDS = {'build': cmd_build, 'add': cmd_add, 'remove': cmd_remove, 'ask': cmd_ask, 'serve': cmd_serve, 'info': cmd_info}
 
@@ -279,22 +319,20 @@ def main(argv: list | None = None, # the arguments (default: sys.argv[1:])
     try: a = ap.parse_args(argv)
     except SystemExit as e: return e.code if isinstance(e.code, int) else 0
     if a.command == 'ask' and (bad := [q for q in a.queries if '[MASK]' not in q and '<mask>' not in q]):
-        print(f'{prog} ask: error: each query needs one [MASK], e.g. "Thessaloniki is a city in [MASK]."; not in {bad[0]!r}', file=sys.stderr)
+        print(f'{prog} ask: error: each query needs one [MASK], e.g. "Thessaloniki is a city in [MASK]."; not in '
+              f'{bad[0]!r}{query_hint(a.queries, bad)}', file=sys.stderr)
         return 2
     a.progress = not getattr(a, 'quiet', False) and sys.stderr.isatty()
     with warnings.catch_warnings():
         warnings.simplefilter('default')
         warnings.showwarning = lambda message, *_, **__: print(f'{prog}: warning: {message}', file=sys.stderr, flush=True)
-        try: return COMMANDS[a.command](a) or 0
+        try:
+            status = COMMANDS[a.command](a) or 0
+            sys.stdout.flush(); return status  # a closed pipe shows here, not at exit
+        except BrokenPipeError:  # `npm-nb info STORE | head`: the reader left; no traceback, no flush error at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()); return 141
         except (ValueError, OSError, LockedError) as e:
-            print(f'{prog} {a.command}: error: {e}', file=sys.stderr); return 1
+            print(f'{prog} {a.command}: error: {cli_words(str(e), a)}', file=sys.stderr); return 1
         except KeyboardInterrupt:
             print(f'{prog} {a.command}: interrupted; the store keeps its last committed version (build and add continue '
                   'where they stopped when run again)', file=sys.stderr); return 130
-
-def module_main(module: str):
-    "`python -m npm_nb.<module>`: say that the command line is `npm-nb`, then run it (no arguments: its help)."
-    print(f'{module} is a library module; its command line is npm-nb (or python -m npm_nb), e.g.\n'
-          f'  npm-nb build STORE FILES...           a datastore from your files (then add, remove, info)\n'
-          f'  npm-nb ask STORE "... [MASK] ..."     answers with their evidence\n')
-    sys.exit(main(sys.argv[1:] or ['--help'], prog='npm-nb'))

@@ -19,7 +19,7 @@ from ..npm.inference import (MASK, NPM, neighbours, similarity, block_rows, bm25
 from .reference import trained_path, reference_datastore, reference_bm25, store_key
 
 # %% auto #0
-__all__ = ['MAX_QUERY_CHARS', 'MAX_CORPUS_CHARS', 'MAX_CORPUS_TOKENS', 'EXAMPLE', 'CORPORA', 'FIGURE1_DOCS', 'MODELS',
+__all__ = ['MAX_QUERY_CHARS', 'MAX_CORPUS_CHARS', 'MAX_CORPUS_TOKENS', 'EXAMPLE', 'CORPORA', 'FIGURE1_DOCS', 'MODELS', 'QUICK',
            'PASTED_KEEP', 'PASTED_BYTES', 'STYLE', 'PAGE', 'EXAMPLES', 'MAX_BODY_BYTES', 'LOCAL_HOSTS', 'CHROMIUM_ARGS',
            'BENCH_QUERIES', 'BENCH_TEMPLATES', 'InputProblem', 'check_query', 'parse_corpus', 'check_paste_tokens',
            'public_message', 'closed_set_task', 'parse_labels', 'task_verbalizer', 'CorpusEntry', 'register_corpus',
@@ -428,22 +428,26 @@ def answer_npm(model: NPM, res: NPMResources, query: str, s: Settings) -> Explor
     return ex
 
 # %% ../../nbs/23_explorer.ipynb #99447c2d
-def _missing_checkpoint(objective):
+QUICK = 'quick'  # the profile of `make model` (NPM from MiniLM in minutes): the explorer's model when its profile has none
+
+def _missing_checkpoint(objective, profile_of=lambda profile: profile):
     def missing(profile):
-        try: trained_path(profile, objective); return None
+        try: trained_path(profile_of(profile), objective); return None
         except FileNotFoundError as e: return str(e)
     return missing
 
-def _npm_loader(row: str):
+def _npm_loader(row: str, mode: str | None = None, profile_of=lambda profile: profile):
     def load(profile: str, device: str | None = None) -> NPM:
         m = (NPM.from_pretrained('minilm', device=device) if row == 'init' else
-             NPM.from_pretrained(str(trained_path(profile, row)), mode=row, device=device))
-        m._explorer_key = row; return _remember_queries(m)
+             NPM.from_pretrained(str(trained_path(profile_of(profile), mode or row)), mode=mode or row, device=device))
+        m._explorer_key = row; return _remember_queries(m)  # the row names its store: `quick` gets its own
     return load
 
 for _key, _label in [('npm', 'NPM (trained)'), ('single', 'NPM-single (trained)'), ('init', 'MiniLM init, untrained (NPM scoring)')]:
     register_model(ModelEntry(_key, _label, _npm_loader(_key), prepare_npm, answer_npm,
                               _missing_checkpoint(_key) if _key != 'init' else (lambda profile: None)))
+register_model(ModelEntry(QUICK, 'NPM (quick profile: 300 steps, `make model`)', _npm_loader(QUICK, 'npm', lambda _: QUICK),
+                          prepare_npm, answer_npm, _missing_checkpoint('npm', lambda _: QUICK)))
 
 def register_checkpoint(path, # a checkpoint folder written by `npm_nb.npm.training` (e.g. an intermediate `checkpoint-40`)
                         mode: str = 'npm', # 'npm' or 'single'
@@ -526,11 +530,15 @@ class Explorer:
         sweep_pasted()  # pastes left by explorers that were killed
 
     def default_model(self) -> tuple[str, str | None]:
-        "The trained NPM when the profile has one, else the init, with a note saying why."
-        why = MODELS['npm'].missing(self.profile) if 'npm' in MODELS else 'no npm entry'
-        if why is None: return 'npm', None
-        return 'init', (f"No trained NPM checkpoint for profile {self.profile!r} yet, so this is the untrained MiniLM "
-                        f"init: expect poor answers. Train one with `python -m npm_nb.run.batch {self.profile}` (step 01_train).")
+        "The best trained NPM present: the profile's, else the quick profile's (`make model`), else the init; a note says which."
+        if MODELS['npm'].missing(self.profile) is None: return 'npm', None
+        train = f"`python -m npm_nb.run.batch {self.profile}` (step 01_train) trains the {self.profile!r} profile's NPM"
+        if QUICK in MODELS and MODELS[QUICK].missing(self.profile) is None:
+            return QUICK, (f"No trained NPM for profile {self.profile!r}, so this is the quick profile's NPM (300 steps from "
+                           f"MiniLM, `make model`): {train}, a better one.")
+        return 'init', (f"No trained NPM checkpoint for profile {self.profile!r} nor a quick one, so this is the untrained "
+                        f"MiniLM init: expect poor answers. `make model` trains the quick NPM in minutes (a clone of the "
+                        f"repository); {train}.")
 
     def options(self) -> dict:
         "The models (with why one is unavailable) and corpora to offer."
@@ -849,12 +857,14 @@ def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
                host: str = '127.0.0.1', # the address the server listens on (its name is accepted as Host)
                allow_hosts=(), # other Host names to answer (e.g. 'explorer.lan'): every other one gets 403
                max_body: int = MAX_BODY_BYTES, # longer request bodies get 413, unread
+               note: str | None = None, # the page's banner (default: for model 'auto', the note of `default_model()`)
               ):
-    "A Flask app over `explorer`: the page at `/`, answers at `POST /api/explore`, every error as JSON with its status."
+    "A Flask app over `explorer`: the page at `/`, answers at `POST /api/explore` (by default with `model` on `corpus`), every error as JSON with its status."
     from flask import Flask, jsonify, request
     from werkzeug.exceptions import HTTPException
     app = Flask('npm_nb.run.explorer'); app.config['MAX_CONTENT_LENGTH'] = max_body  # also stops bodies sent without a length
-    hosts, note = allowed_hosts(host, allow_hosts), explorer.default_model()[1] if model == 'auto' else None
+    hosts = allowed_hosts(host, allow_hosts)
+    if note is None and model == 'auto': note = explorer.default_model()[1]
 
     def error(message: str, status: int):
         message = public_message(message)
@@ -879,6 +889,7 @@ def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
             return error('The request was not a JSON object: send one such as {"query": "Thessaloniki is a city in [MASK]."}', 400)
         if problem := request_problem(body): return error(problem, 400)
         q = body.pop('query', '')
+        body.setdefault('model', model); body.setdefault('corpus', corpus)  # a plain request asks what the page shows
         e, err, status = explorer.explore_status(q if isinstance(q, str) else str(q), **body)
         if err: return error(err, status)
         return jsonify(html=render_html(e), seconds=e.seconds, result=e.to_dict())
@@ -1052,5 +1063,4 @@ def write_latency(df, scale: dict, name: str = 'explorer_latency'):
     return atomic_write_text(folder/f'{name}.md', f'# {title}\n\n{why}\n\n' + markdown_table(df) + '\n')
 
 # %% ../../nbs/23_explorer.ipynb #69cf1d38
-#| eval: false
-if __name__ == '__main__': main()
+if __name__ == '__main__' and '__file__' in globals(): main()  # `python -m`; a notebook's Run All (no __file__) skips it
