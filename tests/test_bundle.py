@@ -258,3 +258,131 @@ def test_finish_here_after_the_device_time_ends(tmp_path, monkeypatch):
     assert json.loads((run/'status.json').read_text())['finished'] and (run/'tables'/'02_b.md').exists()
     cfg = yaml.safe_load((run/'config.yaml').read_text())
     assert '02_b.amp=none (no native bf16)' in cfg['overrides'] and cfg['steps']['02_b']['params']['amp'] == 'none'
+
+
+# ---------------------------------------------------------------- #38: what arrives in files stays where it belongs
+def _tar(path, members):
+    "A tar at `path` of `{name: bytes}` (a bytes value: a file; None: a symlink to /etc/passwd)."
+    import io, tarfile
+    with tarfile.open(path, 'w') as t:
+        for name, body in members.items():
+            ti = tarfile.TarInfo(name)
+            if body is None: ti.type, ti.linkname = tarfile.SYMTYPE, '/etc/passwd'
+            else: ti.size = len(body)
+            t.addfile(ti, io.BytesIO(body or b''))
+    return path
+
+
+def _part(path, items, extra=None):
+    "A bundle part holding `items` ({name: bytes}) in one chunk each, with its table of contents (bundle.json)."
+    import hashlib
+    h = lambda b: hashlib.sha256(b).hexdigest()
+    toc = {'format': 1, 'items': [{'name': n, 'kind': 'file', 'bytes': len(b), 'sha256': h(b), 'chunks': [
+        {'part': Path(path).name, 'member': f'{n}.000', 'offset': 0, 'bytes': len(b), 'sha256': h(b)}]} for n, b in items.items()]}
+    return _tar(path, {'bundle.json': json.dumps(toc).encode(), **{f'{n}.000': b for n, b in items.items()}, **(extra or {})})
+
+
+def test_38_install_refuses_names_that_leave_the_stage(tmp_path):
+    "Item names of a table of contents, chunk members, extra members and links: each refused, nothing written outside."
+    from npm_nb.run.bundle import install
+    for i, (items, extra, part) in enumerate([
+            ({'../../../evil': b'x'}, None, "item '../../../evil'"), ({'/tmp/evil-abs': b'x'}, None, 'is an absolute path'),
+            ({'ok.bin': b'x'}, {'stray': b'y'}, "member 'stray' is not listed"), ({'ok.bin': b'x'}, {'ln': None}, "member 'ln'")]):
+        d = tmp_path/f'b{i}'; d.mkdir(); _part(d/'npm-nb-bundle.part01.tar', items, extra)
+        with pytest.raises(ValueError, match=re.escape(part)): install(d, stage=tmp_path/f's{i}'/'stage', python='-')
+    assert not (tmp_path/'evil').exists() and not Path('/tmp/evil-abs').exists() and not (tmp_path/'s0'/'evil').exists()
+    d = tmp_path/'bad-toc'; d.mkdir(); _tar(d/'npm-nb-bundle.part01.tar', {'bundle.json': b'{"format": 1, "items": [{"name": 3}]}'})
+    with pytest.raises(ValueError, match=r'bundle.json is damaged .*`items\[0\].name` must be a string'):
+        install(d, stage=tmp_path/'s-toc', python='-')
+    d = tmp_path/'not-tar'; d.mkdir(); (d/'npm-nb-bundle.part01.tar').write_bytes(b'not a tar' * 100)
+    with pytest.raises(ValueError, match='not a readable tar'): install(d, stage=tmp_path/'s-nt', python='-')
+
+
+def test_38_model_and_checkpoint_names_stay_in_their_folders(tmp_path):
+    "`weights: ../../x` in bundle_model.json, a profile `../../../../tmp/x` in train_config.json: refused."
+    import torch
+    from safetensors.torch import save_file
+    from npm_nb.run.bundle import restore_model, restore_checkpoint
+    save_file({'w': torch.zeros(2)}, str(tmp_path/'w.safetensors')); w = (tmp_path/'w.safetensors').read_bytes()
+    for info, part in [({'name': 'm', 'weights': '../../escaped.safetensors'}, "'weights'"), ({'name': '..', 'weights': 'a'}, "'name'"),
+                       ({'name': 'm'}, 'has no `weights`')]:
+        arch = _tar(tmp_path/'model.tar', {'bundle_model.json': json.dumps(info).encode(), 'model.fp16.safetensors': w})
+        with pytest.raises(ValueError, match=re.escape(part)): restore_model(arch, root=tmp_path/'models'/'inner')
+    assert not list(tmp_path.rglob('escaped*'))
+    cfg = {'profile': '../../../../tmp/x', 'objective': 'npm', 'model': 'minilm'}
+    arch = _tar(tmp_path/'ckpt.tar', {'train_config.json': json.dumps(cfg).encode(), 'state.json': b'{}', 'model.fp16.safetensors': w})
+    with pytest.raises(ValueError, match="train_config.json: profile '../../../../tmp/x'"): restore_checkpoint(arch)
+    with pytest.raises(ValueError, match="--profile 'a/b'"): restore_checkpoint(arch, profile='a/b')
+
+
+def test_38_collect_writes_only_under_results(tmp_path):
+    "A results archive with Makefile / npm_nb/__init__.py / .git hooks is refused; pieces are checked (name, checksum, tar)."
+    from npm_nb.run.bundle import collect, main, sha256
+    here = tmp_path/'here'; here.mkdir()
+    for i, bad in enumerate(['Makefile', 'npm_nb/__init__.py', '.git/hooks/post-checkout', 'results/../Makefile']):
+        out = tmp_path/f'o{i}'; out.mkdir()
+        _tar(out/'results-x.tar.xz.1of1', {'results/runs/x/1/status.json': b'{}', bad: b'echo owned'})
+        with pytest.raises(ValueError, match='outside results/|climbs out'): collect(out, dest=here)
+    assert sorted(p.name for p in here.iterdir()) == ['dist'] and not (here/'Makefile').exists()
+    out = tmp_path/'sums'; out.mkdir(); f = _tar(out/'results-x.tar.xz.1of1', {'results/a.md': b'ok'})
+    (out/'pieces.sha256.json').write_text(json.dumps({f.name: '0' * 64}))
+    with pytest.raises(ValueError, match='results-x.tar.xz.1of1 is damaged: its sha256 differs'): collect(out, dest=here)
+    (out/'pieces.sha256.json').write_text(json.dumps({f.name: sha256(f)}))
+    assert collect(out, dest=here)['done'] == {'results-x.tar.xz': str(here/'results')} and (here/'results'/'a.md').read_text() == 'ok'
+    for name, body, part in [('results-x.tar.xz.1ofN', b'', 'is not a piece `bundle send` writes'),
+                             ('results-y.tar.xz.1of1', b'not a tar' * 50, 'is not a readable tar archive')]:
+        out = tmp_path/name; out.mkdir(); (out/name).write_bytes(body)
+        assert main(['collect', '--dest', str(here), str(out)]) == 2   # a sentence, not a traceback
+        with pytest.raises(ValueError, match=re.escape(part)): collect(out, dest=here)
+
+
+def test_38_extract_checks_members_without_the_tar_filter(tmp_path, monkeypatch):
+    "On a Python whose tarfile has no `filter` argument, members are still checked (and written by hand)."
+    import tarfile
+    from npm_nb.run.bundle import _extract
+    monkeypatch.delattr(tarfile, 'data_filter', raising=False)
+    with pytest.raises(ValueError, match="climbs out"): _extract(_tar(tmp_path/'a.tar', {'../evil': b'x'}), tmp_path/'x')
+    with pytest.raises(ValueError, match="is a link"): _extract(_tar(tmp_path/'b.tar', {'ln': None}), tmp_path/'x')
+    assert _extract(_tar(tmp_path/'c.tar', {'d/ok': b'1'}), tmp_path/'x') == ['d/ok'] and (tmp_path/'x'/'d'/'ok').read_bytes() == b'1'
+    assert not (tmp_path/'evil').exists()
+
+
+@pytest.mark.parametrize('status, part', [({'profile': 'p'}, 'has no `steps`'), ({'steps': []}, '`steps` must be a mapping, not a list'),
+                                          ({'steps': None}, '`steps` must be a mapping, not null')])
+def test_38_finish_here_on_a_damaged_status(tmp_path, capsys, status, part):
+    "collect --finish-here on a status.json with no `steps` (or a list, or null): a sentence naming the file and the fix."
+    from npm_nb.run.bundle import main
+    out = tmp_path/'out'; out.mkdir()
+    _tar(out/'results-p.tar.xz.1of1', {'results/runs/p/20260101-000000/status.json': json.dumps(status).encode()})
+    assert main(['collect', '--finish-here', '--dest', str(tmp_path/'here'), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert part in err and 'status.json is damaged' in err and 'collect --finish-here' in err and 'Traceback' not in err, err
+    assert 'nothing to finish' not in err
+
+
+def test_38_forged_part_does_not_leave_install_stuck(tmp_path):
+    "A forged extra part poisons a chunk: install says what to do, and once the part is gone the next install completes."
+    from npm_nb.run.bundle import install, write_parts
+    src = tmp_path/'src'; src.mkdir(); (src/'a.bin').write_bytes(os.urandom(50_000)); (src/'b.bin').write_bytes(os.urandom(30_000))
+    man = write_parts([{'name': f'files/{n}', 'kind': 'file', 'path': src/n} for n in ('a.bin', 'b.bin')], tmp_path/'bundle', part_mb=0.1)
+    there = tmp_path/'there'; shutil.copytree(tmp_path/'bundle', there)
+    chunk = man['items'][0]['chunks'][0]
+    forged = json.loads(json.dumps(man['items'])); forged[0]['chunks'][0].update(part='npm-nb-bundle.part99.tar')
+    import hashlib, io, tarfile
+    bad = os.urandom(chunk['bytes']); forged[0]['chunks'][0]['sha256'] = hashlib.sha256(bad).hexdigest()
+    forged[0]['chunks'] = forged[0]['chunks'][:1]
+    toc = json.dumps({'format': 1, 'items': forged[:1]}).encode()
+    with tarfile.open(there/'npm-nb-bundle.part99.tar', 'w') as t:
+        for name, body in (('bundle.json', toc), (chunk['member'], bad)):
+            ti = tarfile.TarInfo(name); ti.size = len(body); t.addfile(ti, io.BytesIO(body))
+    # with manifest.json beside the parts, a part it does not list is refused before anything is unpacked
+    with pytest.raises(ValueError, match=r'npm-nb-bundle.part99.tar is not a part of this bundle .*remove it'):
+        install(there, stage=tmp_path/'stage1', python='-')
+    # without it the forged chunk gets in (its own table vouches for it) and the item does not reassemble
+    (there/'manifest.json').unlink()
+    with pytest.raises(ValueError, match=r'reassembled file is damaged.*will be unpacked again.*install --force'):
+        install(there, stage=tmp_path/'stage', python='-')
+    (there/'npm-nb-bundle.part99.tar').unlink()   # the forged part removed: install recovers with no guess and no --force
+    r = install(there, stage=tmp_path/'stage', python='-')
+    assert r['complete'], r
+    for n in ('a.bin', 'b.bin'): assert (tmp_path/'stage'/'items'/'files'/n).read_bytes() == (src/n).read_bytes()

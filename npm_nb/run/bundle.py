@@ -7,11 +7,13 @@ from __future__ import annotations
 import os, io, re, sys, json, math, time, shutil, importlib.util, tarfile, hashlib, argparse, subprocess, tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from ..core import project_root, data_dir, results_dir, atomic_write_json, load_state, read_json
+from ..core import (project_root, data_dir, results_dir, atomic_write_json, load_state, read_json, check_schema,
+                         checked_path, extract_tar)
 
 # %% auto #0
 __all__ = ['MiB', 'DEVICE_PINS', 'DEVICE_PRESENT', 'DEVICE_CORE', 'BUILD_ONLY', 'OPTIONAL', 'RUNTIME_RAW', 'NODEPS_WHEELS',
-           'MODEL_FOLDERS', 'CALL_LIMIT_MB', 'PART_NAME', 'RUN_NEEDS', 'FINISH_NEEDS', 'VERSION_NAMES',
+           'MODEL_FOLDERS', 'CALL_LIMIT_MB', 'MODEL_SCHEMA', 'CHECKPOINT_SCHEMA', 'PART_NAME', 'ITEM_KINDS',
+           'TOC_SCHEMA', 'MANIFEST_SCHEMA', 'RUN_NEEDS', 'PIECES_LIST', 'FINISH_NEEDS', 'VERSION_NAMES',
            'bundle_requirements', 'platform_tags', 'resolve', 'wheel_plan', 'download_wheels', 'sha256', 'tree_bytes',
            'part_budget_mb', 'pack_data', 'pack_model', 'restore_model', 'trained_finals', 'export_checkpoint',
            'restore_checkpoint', 'write_parts', 'installed', 'install', 'build', 'call_plan', 'run', 'pack', 'send',
@@ -163,11 +165,9 @@ def part_budget_mb(tree: int | None = None, # bytes of the working tree (default
     return math.floor(left / MiB * 10) / 10
 
 # %% ../../nbs/22_bundle.ipynb #4f8d4b34
-def _extract(archive, dest):
-    "Unpack a tar archive (with the 'data' filter where this Python has it: no absolute paths, no links out)."
-    with tarfile.open(archive) as t:
-        try: t.extractall(dest, filter='data')
-        except TypeError: t.extractall(dest)
+def _extract(archive, dest, only=None):
+    "Unpack a tar archive after checking every member (`core.extract_tar`: names inside `dest`, files and folders only)."
+    return extract_tar(archive, dest, only=only)
 
 def _xz_tar(dest, files: dict, preset: int = 6,
             skip=(), # file names left out anywhere in a folder (e.g. a run's `.started-here`)
@@ -212,17 +212,22 @@ def pack_model(name: str, dest) -> Path:
         files['bundle_model.json'] = f'{d}/bundle_model.json'
         return _xz_tar(dest, files, preset=0)  # fp16 weights hardly compress (ratio 0.91 at presets 0 to 3): the fastest
 
+MODEL_SCHEMA = {'name': str, 'weights': str, 'source?': str, 'dtype?': str}  # `bundle_model.json`
+
 def restore_model(archive, root=None) -> Path:
     "Unpack a `pack_model` archive into `data/cache/models/<folder>` with fp32 weights (where `resolve_model` finds it)."
     import torch
     from safetensors.torch import load_file, save_file
     with tempfile.TemporaryDirectory() as d:
         _extract(archive, d)
-        info = json.loads(Path(d, 'bundle_model.json').read_text())
-        out = Path(root or data_dir('cache', 'models'))/MODEL_FOLDERS.get(info['name'], Path(info['name']).name)
+        src = f'{archive}: bundle_model.json'
+        info = check_schema(read_json(Path(d, 'bundle_model.json'), f'{archive} is not a model archive of `pack_model`: build it again'),
+                            MODEL_SCHEMA, src, 'build the model archive again (`pack_model`)')
+        root = Path(root or data_dir('cache', 'models'))
+        out = checked_path(root, MODEL_FOLDERS.get(info['name'], info['name'].rstrip('/').rpartition('/')[2]), src, "'name'", single=True)
         tmp = out.with_name(out.name + '.tmp'); shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
         sd = load_file(f'{d}/model.fp16.safetensors')
-        save_file({k: v.float() if v.is_floating_point() else v for k, v in sd.items()}, str(tmp/info['weights']),
+        save_file({k: v.float() if v.is_floating_point() else v for k, v in sd.items()}, str(checked_path(tmp, info['weights'], src, "'weights'", single=True)),
                   metadata={'format': 'pt'})
         for p in Path(d).iterdir():
             if p.name not in ('model.fp16.safetensors',): shutil.copy2(p, tmp/p.name)
@@ -254,6 +259,8 @@ def export_checkpoint(ckpt, dest=None) -> Path:
         if (ckpt.parent/'metrics.jsonl').exists(): files['metrics.jsonl'] = ckpt.parent/'metrics.jsonl'
         return _xz_tar(dest, files, preset=0)
 
+CHECKPOINT_SCHEMA = {'profile': str, 'objective': str, 'model': str}  # what `restore_checkpoint` turns into paths, at least
+
 def restore_checkpoint(archive, out_dir=None,
                        profile: str | None = None, # restore as this profile's run (default: the profile it was trained in)
                       ) -> Path:
@@ -264,11 +271,16 @@ def restore_checkpoint(archive, out_dir=None,
     from npm_nb.models import encoder_fingerprint
     from npm_nb.npm.training import (TrainConfig, init_model, save_checkpoint, link_final, checkpoint_dir,
                                      list_checkpoints)
+    fix = 'export the checkpoint again where it was trained (`python -m npm_nb.run.bundle export-checkpoint`)'
     with tempfile.TemporaryDirectory() as d:
         _extract(archive, d)
-        cfg = TrainConfig(**{k: tuple(v) if k == 'corpora' else v
-                             for k, v in json.loads(Path(d, 'train_config.json').read_text()).items()})
-        state = json.loads(Path(d, 'state.json').read_text())
+        src = f'{archive}: train_config.json'
+        raw = check_schema(read_json(Path(d, 'train_config.json'), fix), CHECKPOINT_SCHEMA, src, fix)
+        try: cfg = TrainConfig(**{k: tuple(v) if k == 'corpora' else v for k, v in raw.items()})
+        except TypeError as e: raise ValueError(f"{src} is not a training configuration of this version ({e}): {fix}") from None
+        for name, what in (((profile, '--profile') if profile is not None else (cfg.profile, 'profile')), (cfg.objective, 'objective')):
+            checked_path(data_dir('cache', 'checkpoints'), name, src if what != '--profile' else 'restore-checkpoint', what, single=True)
+        state = check_schema(read_json(Path(d, 'state.json'), fix), dict, f'{archive}: state.json', fix)
         save_file({k: v.float() if v.is_floating_point() else v for k, v in load_file(f'{d}/model.fp16.safetensors').items()},
                   f'{d}/model.safetensors', metadata={'format': 'pt'})
         os.remove(f'{d}/model.fp16.safetensors')
@@ -409,6 +421,19 @@ def _run_py(python: str, fn: str, arg):
     subprocess.run([python, '-c', f'from npm_nb.run.bundle import {fn}; print({fn}({str(arg)!r}))'], check=True, cwd=project_root())
 
 # %% ../../nbs/22_bundle.ipynb #30b5b94a
+_SHA256 = re.compile(r'[0-9a-f]{64}')
+_PART = re.compile(r'npm-nb-bundle\.part\d{2,}\.tar')
+ITEM_KINDS = {'wheel', 'wheel-nodeps', 'data', 'model', 'checkpoint', 'file'}
+_CHUNK = {'part': _PART, 'member': str, 'offset': int, 'bytes': int, 'sha256': _SHA256}
+TOC_SCHEMA = {'format': {1}, 'items': [{'name': str, 'kind': ITEM_KINDS, 'bytes': int, 'sha256': _SHA256, 'chunks': [_CHUNK]}]}
+MANIFEST_SCHEMA = {**TOC_SCHEMA, 'parts': [{'name': _PART, 'bytes': int, 'sha256': _SHA256}]}
+
+def _check_items(items: list, stage: Path, source):
+    "Every item and chunk name of a table of contents stays inside the stage (`checked_path`)."
+    for it in items:
+        checked_path(stage/'items', it['name'], source, 'item')
+        for c in it['chunks']: checked_path(stage/'chunks', c['member'], source, f"chunk of item {it['name'][:100]!r}")
+
 def install(bundle_dir=None, # folder with the parts (and `manifest.json`): default `dist/bundle`
             stage=None, # where parts are unpacked and progress is kept: default `<bundle_dir>/../bundle-stage`
             python: str | None = None, # the Python to install into (default: this one; a venv's python for a venv)
@@ -419,30 +444,48 @@ def install(bundle_dir=None, # folder with the parts (and `manifest.json`): defa
     stage = Path(stage or bundle_dir.parent/'bundle-stage'); (stage/'chunks').mkdir(parents=True, exist_ok=True)
     (stage/'items').mkdir(exist_ok=True)
     state_f = stage/'state.json'
-    st = json.loads(state_f.read_text()) if state_f.exists() and not force else {'parts': [], 'items': [], 'done': []}
+    st = (check_schema(read_json(state_f, 'delete it (or pass --force) to unpack every part again'), {'parts': [str], 'items': [str], 'done': [str]},
+                       state_f, 'delete it (or pass --force) to unpack every part again')
+          if state_f.exists() and not force else {'parts': [], 'items': [], 'done': []})
     save = lambda: atomic_write_json(state_f, st)
-    man = json.loads((bundle_dir/'manifest.json').read_text()) if (bundle_dir/'manifest.json').exists() else None
+    again = "copy the bundle's parts and manifest.json again from where it was built"
+    man = None
+    if (bundle_dir/'manifest.json').exists():
+        man = check_schema(read_json(bundle_dir/'manifest.json', again), MANIFEST_SCHEMA, bundle_dir/'manifest.json', again)
+        _check_items(man['items'], stage, bundle_dir/'manifest.json')
     known = {p['name']: p for p in (man or {}).get('parts', [])}
     table = man['items'] if man else None
-    # 1. unpack the parts at hand (each checked against the manifest, each chunk against its own sha256)
+    # 1. unpack the parts at hand (each checked against the manifest, each chunk against its sha256: the manifest's when there is one)
     for part in sorted(bundle_dir.glob('npm-nb-bundle.part*.tar')):
         if part.name in st['parts']: continue
+        if man and part.name not in known:
+            raise ValueError(f"{part} is not a part of this bundle (manifest.json does not list it: another bundle's, or forged): "
+                             "remove it, then run `python -m npm_nb.run.bundle install` again")
         if part.name in known and (part.stat().st_size != known[part.name]['bytes'] or sha256(part) != known[part.name]['sha256']):
             raise ValueError(f"{part} is damaged or incomplete (size or sha256 differs from manifest.json): copy it again")
         if not known: _log(f'{part.name}: no manifest.json beside it, checking its chunks only')
-        with tarfile.open(part) as t:
-            toc = json.load(t.extractfile('bundle.json'))
-            table = table or toc['items']
-            want = {c['member']: c for it in toc['items'] for c in it['chunks']}
-            for m in t.getmembers():
-                if m.name == 'bundle.json': continue
-                c = want[m.name]; dst = stage/'chunks'/m.name
-                if m.name.startswith('/') or '..' in Path(m.name).parts: raise ValueError(f"{part.name}: bad member {m.name!r}")
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                with t.extractfile(m) as src, open(dst, 'wb') as f: shutil.copyfileobj(src, f, MiB)
-                if sha256(dst) != c['sha256']: dst.unlink(); raise ValueError(f"{part.name}: chunk {m.name} is damaged")
+        try:
+            with tarfile.open(part) as t:
+                try: toc = json.load(t.extractfile('bundle.json'))
+                except (KeyError, AttributeError, ValueError) as e:
+                    raise ValueError(f"{part} has no readable table of contents (bundle.json: {e}): {again}") from None
+                check_schema(toc, TOC_SCHEMA, f'{part}: bundle.json', again); _check_items(toc['items'], stage, f'{part}: bundle.json')
+                table = table or toc['items']
+                listed = 'manifest.json' if man else 'its table of contents (bundle.json)'
+                want = {c['member']: (it['name'], c) for it in (man['items'] if man else toc['items']) for c in it['chunks'] if c['part'] == part.name}
+                for m in t.getmembers():
+                    if m.name == 'bundle.json': continue
+                    if m.name not in want:
+                        raise ValueError(f"{part}: member {m.name[:200]!r} is not listed for this part in {listed}: the part is damaged "
+                                         f"or forged: {again}")
+                    if not m.isfile(): raise ValueError(f"{part}: member {m.name[:200]!r} is not a plain file: {again}")
+                    owner, c = want[m.name]
+                    if owner in st['items']: continue  # its item is reassembled already (a part unpacked again)
+                    dst = checked_path(stage/'chunks', m.name, part, 'member'); dst.parent.mkdir(parents=True, exist_ok=True)
+                    with t.extractfile(m) as src, open(dst, 'wb') as f: shutil.copyfileobj(src, f, MiB)
+                    if sha256(dst) != c['sha256']: dst.unlink(); raise ValueError(f"{part.name}: chunk {m.name} is damaged: copy {part.name} again")
+        except tarfile.TarError as e: raise ValueError(f"{part} is not a readable tar ({e}): copy it again") from None
         st['parts'].append(part.name); save(); _log(f'unpacked {part.name}')
-        if man is None and table is None: table = toc['items']
     if table is None: raise FileNotFoundError(f"no bundle parts in {bundle_dir}: copy npm-nb-bundle.part*.tar (and manifest.json) there")
     # 2. reassemble the items whose chunks are all here
     for it in table:
@@ -453,7 +496,16 @@ def install(bundle_dir=None, # folder with the parts (and `manifest.json`): defa
         with open(dst, 'wb') as f:
             for c in chunks:
                 with open(c, 'rb') as src: shutil.copyfileobj(src, f, MiB)
-        if sha256(dst) != it['sha256']: dst.unlink(); raise ValueError(f"{it['name']}: reassembled file is damaged")
+        if sha256(dst) != it['sha256']:  # a chunk from a part that was not this bundle's: drop the chunks, unpack their parts again
+            dst.unlink()
+            for c in chunks: c.unlink(missing_ok=True)
+            parts = sorted({c['part'] for c in it['chunks']})
+            st['parts'] = [p_ for p_ in st['parts'] if p_ not in parts]; save()
+            raise ValueError(f"{it['name']}: reassembled file is damaged (its sha256 differs from {'manifest.json' if man else 'the table of contents'}): "
+                             f"a part held a wrong chunk of it. Its chunks are dropped and {', '.join(parts)} will be unpacked again: remove any "
+                             f"part that is not this bundle's from {bundle_dir} (copy manifest.json beside the parts: it refuses them), copy "
+                             f"{', '.join(parts)} again if in doubt, and run `python -m npm_nb.run.bundle install` again "
+                             "(`install --force` starts over)")
         for c in chunks: c.unlink()
         st['items'].append(it['name']); save()
     have = lambda kind: [it for it in table if it['kind'] == kind]
@@ -624,46 +676,79 @@ def _split(f: Path, outbox: Path, piece_mb: float = 15.5):
             (outbox/f'{f.name}.{i}of{n}').write_bytes(src.read(step))
     f.unlink()
 
+PIECES_LIST = 'pieces.sha256.json'  # written by `send` beside the pieces: `{piece: sha256}`, checked by `collect`
+_PIECE = re.compile(r'((?:results|ckpt)-[A-Za-z0-9][\w.+-]*\.tar\.xz)\.(\d+)of(\d+)')
+
 def send(out, max_files: int = 8, max_mb: float = 16, max_total_mb: float = 60, outbox=None) -> list[str]:
-    "Move the next pieces from the outbox into `out`, within the return limits; what is left goes with the next call."
+    "Move the next pieces from the outbox into `out` with their checksums (`pieces.sha256.json`), within the return limits."
     outbox = Path(outbox or project_root()/'dist'/'outbox'); out = Path(out); out.mkdir(parents=True, exist_ok=True)
     pending = sorted(p for p in outbox.glob('*.*of*') if p.is_file())
     pending.sort(key=lambda p: (not p.name.startswith('results-'), p.name))  # results first
+    sums = json.loads((out/PIECES_LIST).read_text()) if (out/PIECES_LIST).exists() else {}
     sent, total = [], 0
     for p in pending:
         sz = p.stat().st_size
-        if len(sent) >= max_files or total + sz > max_total_mb * MiB or sz > max_mb * MiB: continue
-        shutil.move(str(p), out/p.name); sent.append(p.name); total += sz
+        if len(sent) >= max_files - 1 or total + sz > max_total_mb * MiB or sz > max_mb * MiB: continue  # one file: the list
+        sums[p.name] = sha256(p); shutil.move(str(p), out/p.name); sent.append(p.name); total += sz
+    if sent: atomic_write_json(out/PIECES_LIST, sums)
     left = [p.name for p in pending if p.name not in sent]
     _log(f"sent {len(sent)} file(s), {total / MiB:.1f} MiB: {', '.join(sent) or '-'}"
-         + (f"; {len(left)} left for the next call (python3 -m npm_nb.run.bundle send $OUT): {', '.join(left)}" if left else ''))
+         + (f"; {len(left)} left for the next job (python3 -m npm_nb.run.bundle send OUT): {', '.join(left)}" if left else ''))
     return sent
+
+def _pieces(folder: Path) -> dict:
+    "`{piece file: (archive name, i, n)}` of a fetched folder; each piece checked against `pieces.sha256.json` when it lists it."
+    fix = f"fetch the folder again from where `bundle run` / `bundle send` wrote it"
+    lst = folder/PIECES_LIST
+    sums = check_schema(read_json(lst, fix), {'*': _SHA256}, lst, fix) if lst.exists() else {}
+    out = {}
+    for f in sorted(folder.glob('*.*of*')):
+        m = _PIECE.fullmatch(f.name)
+        if not m or not 1 <= int(m[2]) <= int(m[3]) or not f.is_file() or f.is_symlink():
+            raise ValueError(f"{f} is not a piece `bundle send` writes (results-<profile>.tar.xz.<i>of<n> or "
+                             f"ckpt-<profile>-<objective>.tar.xz.<i>of<n>, a plain file): remove it from {folder}, then collect again")
+        if f.name in sums and sha256(f) != sums[f.name]:
+            raise ValueError(f"{f} is damaged: its sha256 differs from {lst}; {fix}, then collect again")
+        out[f] = (m[1], int(m[2]), int(m[3]))
+    return out
+
+def _unpack_results(whole: Path, dest: Path) -> list[Path]:
+    "Unpack a results archive into `dest/results/` only (every member checked); the run folders it holds."
+    import tarfile
+    try:
+        with tarfile.open(whole) as t: names = t.getnames()
+    except tarfile.TarError as e: raise ValueError(f"{whole.name} is not a readable tar archive ({e}): fetch its pieces again") from None
+    outside = [n for n in names if n.split('/')[0] != 'results']
+    if outside:
+        raise ValueError(f"{whole.name} holds {outside[0][:200]!r}{f' and {len(outside) - 1} more' if len(outside) > 1 else ''} outside "
+                         "results/: collect writes only under results/, so it is refused (it was not made by `bundle pack`)")
+    extract_tar(whole, dest)
+    return [dest/Path(m).parent for m in names if re.fullmatch(r'results/runs/[^/]+/[^/]+/status\.json', m)]
 
 def collect(*folders, dest=None, restore: bool = False,
             finish_here: bool = False, # mark the unfinished runs that came back (training done) to be finished here; restores
            ) -> dict:
-    "Here, from fetched files: join the pieces; unpack results into the checkout; keep checkpoints in `dist/checkpoints/`."
+    "Here, from fetched files: check and join the pieces; unpack results into `results/` only; keep checkpoints in `dist/checkpoints/`."
     dest = Path(dest or project_root()); got = {}; runs = []
     restore = restore or finish_here
-    for f in [p for d in folders for p in Path(d).glob('*.*of*')]:
-        name, _, frac = f.name.rpartition('.'); i, n = map(int, frac.split('of'))
-        got.setdefault(name, {})[i] = f; got[name]['n'] = n
+    for d in folders:
+        for f, (name, i, n) in _pieces(Path(d)).items():
+            if got.get(name, {}).get('n', n) != n: raise ValueError(f"{f}: pieces of {name} disagree on their count ({n} and {got[name]['n']}): fetch them again")
+            got.setdefault(name, {})[i] = f; got[name]['n'] = n
     done, incomplete = {}, {}
     inbox = dest/'dist'/'inbox'; inbox.mkdir(parents=True, exist_ok=True)
-    for name, pieces in got.items():  # pieces of the same file may come back over several calls: keep them until complete
+    for name, pieces in got.items():  # pieces of the same file may come back over several jobs: keep them until complete
         for i, f in pieces.items():
             if i != 'n': shutil.copy2(f, inbox/f.name)
-    for name in sorted({p.name.rpartition('.')[0] for p in inbox.glob('*.*of*')}):
-        pieces = sorted(inbox.glob(f'{name}.*of*'), key=lambda p: int(p.name.rpartition('.')[2].split('of')[0]))
-        n = int(pieces[0].name.rpartition('of')[2])
+    for name in sorted({p.name.rpartition('.')[0] for p in inbox.glob('*.*of*') if _PIECE.fullmatch(p.name)}):
+        pieces = sorted((p for p in inbox.glob(f'{name}.*of*') if _PIECE.fullmatch(p.name)), key=lambda p: int(_PIECE.fullmatch(p.name)[2]))
+        n = int(_PIECE.fullmatch(pieces[0].name)[3])
         if len(pieces) < n: incomplete[name] = f'{len(pieces)} of {n} pieces'; continue
         whole = inbox/name
         with open(whole, 'wb') as w:
             for p in pieces: w.write(p.read_bytes())
         if name.startswith('results-'):
-            with tarfile.open(whole) as t:
-                runs += [dest/Path(m).parent for m in t.getnames() if re.fullmatch(r'results/runs/[^/]+/[^/]+/status\.json', m)]
-            _extract(whole, dest)
+            runs += _unpack_results(whole, dest)
             done[name] = str(dest/'results')
         else:
             keep = dest/'dist'/'checkpoints'/name; keep.parent.mkdir(parents=True, exist_ok=True); os.replace(whole, keep)
@@ -681,9 +766,11 @@ FINISH_NEEDS = ('01_train',)  # steps that must be done where the run began befo
 
 def _finish_here(run_dir: Path) -> str | None:
     "Mark an unfinished run that came back as started here (the batch then resumes it), unless its training is unfinished."
-    from npm_nb.run.batch import LOCAL_MARK
-    st = read_json(run_dir/'status.json', 'collect the run again'); profile = run_dir.parent.name
-    todo = [n for n, s in st.get('steps', {}).items() if s.get('state') != 'done']
+    from npm_nb.run.batch import LOCAL_MARK, read_status
+    profile = run_dir.parent.name
+    st = read_status(run_dir, fix=f'collect the run again (`python -m npm_nb.run.bundle collect --finish-here FOLDERS`), or start a '
+                               f'fresh run of {profile} (`python -m npm_nb.run.bundle run {profile} ...` there, or `python -m npm_nb.run.batch {profile} --new` here)')
+    todo = [n for n, s in st['steps'].items() if s['state'] != 'done']
     if not todo: _log(f'{run_dir.name}: finished there, nothing to finish here'); return None
     unready = [n for n in FINISH_NEEDS if n in todo]
     if unready:
@@ -822,38 +909,42 @@ def main(argv=None) -> int:
     x = sub.add_parser('restore-checkpoint'); x.add_argument('archive')
     x.add_argument('--profile', default=None, help="restore as this profile's finished run (default: the one it was trained in)")
     a = ap.parse_args(argv)
-    if a.cmd == 'build':
-        present = DEVICE_PRESENT if a.present is None else tuple(p for p in a.present.split(',') if p)
-        build(a.out, a.python, a.platform, a.part_mb if a.part_mb == 'auto' else float(a.part_mb), present,
-              extras=() if a.faiss == 'none' else (a.faiss,), models=tuple(a.model or ['minilm']),
-              checkpoints=tuple(a.checkpoints), checkpoint_files=tuple(a.checkpoint_files), wheels=not a.no_wheels, data=not a.no_data,
-              with_=tuple(dict.fromkeys(a.with_)), pins=DEVICE_PINS if a.pins == 'device' else {})
-    elif a.cmd == 'calls':
-        plan = call_plan(a.bundle)
-        for c_ in plan:
-            print(f"{c_['part']}: {c_['bytes'] / MiB:5.1f} MiB + tree {c_['tree'] / MiB:.1f} MiB = {c_['total_mib']:.1f} MiB "
-                  f"{'fits' if c_['fits'] else 'OVER'} {CALL_LIMIT_MB} MiB; carry {json.dumps(c_['carry'])}")
-        if not all(c_['fits'] for c_ in plan):
-            print(f"error: a part does not fit with the working tree as it is now: `make bundle` again (parts are sized from the tree)", file=sys.stderr)
-            return 1
-    elif a.cmd == 'versions': versions(a.bundle)
-    elif a.cmd == 'install':
-        py = sys.executable
-        if a.venv:
-            if not Path(a.venv, 'bin', 'python').exists():
-                subprocess.run([sys.executable, '-m', 'venv', '--system-site-packages', a.venv], check=True)
-            py = str(Path(a.venv, 'bin', 'python'))
-        return 0 if install(a.bundle, a.stage, py, a.force)['complete'] else 3
-    elif a.cmd == 'run':
-        return run(a.profile, a.budget, a.out, [tuple(p) for p in a.param], reserve=a.reserve, checkpoints=a.checkpoints,
-                   batch_args=('--params-dir', a.params_dir) if a.params_dir else ())
-    elif a.cmd == 'gputests': return gpu_tests(a.budget, a.out, a.notebooks or None)
-    elif a.cmd == 'send':
-        if a.pack: pack(a.pack, a.checkpoints)
-        send(a.out)
-    elif a.cmd == 'collect': collect(*a.folders, dest=a.dest, restore=a.restore, finish_here=a.finish_here)
-    elif a.cmd == 'export-checkpoint': print(export_checkpoint(a.ckpt, a.out))
-    elif a.cmd == 'restore-checkpoint': print(restore_checkpoint(a.archive, profile=a.profile))
+    from npm_nb.run.batch import BatchError
+    try:
+        if a.cmd == 'build':
+            present = DEVICE_PRESENT if a.present is None else tuple(p for p in a.present.split(',') if p)
+            build(a.out, a.python, a.platform, a.part_mb if a.part_mb == 'auto' else float(a.part_mb), present,
+                  extras=() if a.faiss == 'none' else (a.faiss,), models=tuple(a.model or ['minilm']),
+                  checkpoints=tuple(a.checkpoints), checkpoint_files=tuple(a.checkpoint_files), wheels=not a.no_wheels, data=not a.no_data,
+                  with_=tuple(dict.fromkeys(a.with_)), pins=DEVICE_PINS if a.pins == 'device' else {})
+        elif a.cmd == 'calls':
+            plan = call_plan(a.bundle)
+            for c_ in plan:
+                print(f"{c_['part']}: {c_['bytes'] / MiB:5.1f} MiB + tree {c_['tree'] / MiB:.1f} MiB = {c_['total_mib']:.1f} MiB "
+                      f"{'fits' if c_['fits'] else 'OVER'} {CALL_LIMIT_MB} MiB; carry {json.dumps(c_['carry'])}")
+            if not all(c_['fits'] for c_ in plan):
+                print(f"error: a part does not fit with the working tree as it is now: `make bundle` again (parts are sized from the tree)", file=sys.stderr)
+                return 1
+        elif a.cmd == 'versions': versions(a.bundle)
+        elif a.cmd == 'install':
+            py = sys.executable
+            if a.venv:
+                if not Path(a.venv, 'bin', 'python').exists():
+                    subprocess.run([sys.executable, '-m', 'venv', '--system-site-packages', a.venv], check=True)
+                py = str(Path(a.venv, 'bin', 'python'))
+            return 0 if install(a.bundle, a.stage, py, a.force)['complete'] else 3
+        elif a.cmd == 'run':
+            return run(a.profile, a.budget, a.out, [tuple(p) for p in a.param], reserve=a.reserve, checkpoints=a.checkpoints,
+                       batch_args=('--params-dir', a.params_dir) if a.params_dir else ())
+        elif a.cmd == 'gputests': return gpu_tests(a.budget, a.out, a.notebooks or None)
+        elif a.cmd == 'send':
+            if a.pack: pack(a.pack, a.checkpoints)
+            send(a.out)
+        elif a.cmd == 'collect': collect(*a.folders, dest=a.dest, restore=a.restore, finish_here=a.finish_here)
+        elif a.cmd == 'export-checkpoint': print(export_checkpoint(a.ckpt, a.out))
+        elif a.cmd == 'restore-checkpoint': print(restore_checkpoint(a.archive, profile=a.profile))
+    except (ValueError, FileNotFoundError, FileExistsError, BatchError) as e:  # damaged or forged input: the message names the file and the fix
+        print(f'error: {e}', file=sys.stderr); return 2
     return 0
 
 # %% ../../nbs/22_bundle.ipynb #59d08623
