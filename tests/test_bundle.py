@@ -1,16 +1,17 @@
 """The offline bundle (npm_nb.run.bundle).
 
-`test_device_calls_simulated` (about 3 minutes, always runs): the README's device sequence here, one process per call as
-the device tool runs them: parts sized from the working tree (each fits one 64 MiB call with it), handed to the installer
-one call at a time; then `bundle run` calls with a time budget that cuts training (it checkpoints and resumes) until
-training is done, as when the device's 15 minutes end; the pieces each call returns stay within the return limits;
+`test_offline_jobs_simulated` (about 4 minutes, always runs): the worked example of docs/gpu.md (an offline node reached
+by transfers of 64 MiB that carry the checkout, jobs with a time limit), job by job, one process per job: parts sized
+from the working tree (each fits one 64 MiB transfer with it), handed to the installer one job at a time; then
+`bundle run` jobs with a time budget that cuts training (it checkpoints and resumes) until training is done, as when
+the node's GPU time ends; the pieces each job brings back stay within the limits of the way back;
 `bundle collect --finish-here` here joins them into the run folder and restores the checkpoint, and the batch finishes
-the steps the device did not reach on this CPU (the device's steps stay done).
+the steps the GPU did not reach on this CPU (the GPU's steps stay done).
 
 `test_bundle_end_to_end` is slow (10-20 minutes) and runs only with NPM_NB_TEST_BUNDLE=1 (`make bundle-test`): with
 PyPI reachable, train a tiny run, build the bundle for this machine's Python with that checkpoint in it; then, as on a
 GPU machine without a package index: a fresh venv with only a few of that machine's packages (torch, transformers,
-numpy, pandas, seaborn, pyarrow, pytest), the parts handed to the installer one call at a time (`--no-index`), and a
+numpy, pandas, seaborn, pyarrow, pytest), the parts handed to the installer one job at a time (`--no-index`), and a
 smoke step through the batch runner in that venv: 01_train finds the restored checkpoint and skips training.
 """
 import json, os, re, shutil, subprocess, sys, time
@@ -56,7 +57,7 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
     t0 = time.time()
     b = _run([sys.executable, '-m', 'npm_nb.run.bundle', 'build', '--out', tmp_path/'bundle', '--python', PY,
               '--platform', 'manylinux_2_28_x86_64', '--checkpoint-files', ckpt, '--present', ','.join(DEVICE_CORE), '--with', 'lm',
-              '--pins', 'device' if PY == '3.12' else 'none'])   # the device's pins need Python 3.12 (numpy 2.5)
+              '--pins', 'device' if PY == '3.12' else 'none'])   # the worked example node's pins need Python 3.12 (numpy 2.5)
     assert b.returncode == 0, b.stderr
     man = json.loads((tmp_path/'bundle'/'manifest.json').read_text())
     assert all(c['fits'] for c in call_plan(tmp_path/'bundle'))
@@ -78,7 +79,7 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
     assert p.returncode == 0, p.stderr
     times['venv with the GPU machine\'s packages'] = time.time() - t0
 
-    # 4. install from the parts, one call per part (as one device call carries one part), no index
+    # 4. install from the parts, one job per part (as one transfer carries one part), no index
     t0 = time.time()
     env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
     env.update(NPM_NB_DATA=str(tmp_path/'data'), NPM_NB_RESULTS=str(tmp_path/'results'), PIP_NO_INDEX='1',
@@ -118,12 +119,12 @@ def test_bundle_end_to_end(tmp_path, monkeypatch):
 
 
 SIM = dict(objectives='npm', corpora='brown', steps=1000, batch_size=4, max_len=64, max_blocks=80, warmup=20,
-           n_eval_batches=1, log_every=100, save_every=500)   # 01_train: long enough that the first call's budget cuts it
-SIM05 = dict(rows='npm,npm_dense,init,bm25', per_bucket=4, compare_random_slice=False)   # 05: about as long as a call's rest
+           n_eval_batches=1, log_every=100, save_every=500)   # 01_train: long enough that the first job's budget cuts it
+SIM05 = dict(rows='npm,npm_dense,init,bm25', per_bucket=4, compare_random_slice=False)   # 05: about as long as a job's rest
 
 
-def test_device_calls_simulated(tmp_path):
-    "#27: the README's device sequence, call by call: parts that fit with the tree, installs, budget-cut runs that resume, collect, finish here."
+def test_offline_jobs_simulated(tmp_path):
+    "#27: the worked example of docs/gpu.md, job by job: parts that fit with the tree, installs, budget-cut runs that resume, collect, finish here."
     from npm_nb.run.bundle import build, call_plan, collect, tree_bytes, CALL_LIMIT_MB, MiB
     from npm_nb.run.batch import list_experiments
     t_all = time.time()
@@ -136,7 +137,7 @@ def test_device_calls_simulated(tmp_path):
     plan = call_plan(tmp_path/'bundle')
     assert len(plan) >= 2 and all(c['fits'] for c in plan)
     tree = tree_bytes()
-    for p in man['parts']:   # what one install call carries: the working tree, manifest.json and one part
+    for p in man['parts']:   # what one install job carries: the working tree, manifest.json and one part
         assert tree + (tmp_path/'bundle'/'manifest.json').stat().st_size + p['bytes'] <= CALL_LIMIT_MB * MiB
     assert man['part_mb'] * MiB + tree <= (CALL_LIMIT_MB - 4) * MiB
 
@@ -146,9 +147,9 @@ def test_device_calls_simulated(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ('NPM_NB_DATA', 'NPM_NB_RESULTS')}
     env.update(NPM_NB_DATA=str(dev/'data'), NPM_NB_RESULTS=str(dev/'results'), HF_HUB_OFFLINE='1', TRANSFORMERS_OFFLINE='1',
                HF_DATASETS_OFFLINE='1', TOKENIZERS_PARALLELISM='false', PYTHONUNBUFFERED='1',
-               NPM_NB_MIN_STEP_S='5', NPM_NB_TRAIN_MARGIN_S='12')   # the margins of 8-minute calls, scaled to these 45 s ones
+               NPM_NB_MIN_STEP_S='5', NPM_NB_TRAIN_MARGIN_S='12')   # the margins of 8-minute jobs, scaled to these 45 s ones
     carried = dev/'bundle'; carried.mkdir()
-    for i, c in enumerate(plan):   # one install call per part: exit 3 until the last part is in
+    for i, c in enumerate(plan):   # one install job per part: exit 3 until the last part is in
         for rel in c['carry']: shutil.copy(tmp_path/'bundle'/Path(rel).name, carried)
         r = _run([sys.executable, '-m', 'npm_nb.run.bundle', 'install', '--bundle', carried, '--stage', dev/'stage'], env=env)
         assert r.returncode == (0 if i == len(plan) - 1 else 3), r.stdout + r.stderr
@@ -156,7 +157,7 @@ def test_device_calls_simulated(tmp_path):
     model = dev/'data'/'cache'/'models'/'tiny-bert'   # the restored tiny init: what the run trains from and evaluates
     assert (model/'config.json').exists()
 
-    # 3. `bundle run` calls with a budget until the run is done; every call returns within the limits
+    # 3. `bundle run` jobs with a budget until the run is done; every job returns within the limits
     prof = tmp_path/'params'; prof.mkdir()
     (prof/'base.yaml').write_text((ROOT/'params'/'base.yaml').read_text())
     off = {n: {'enabled': False} for n in list_experiments() if n not in ('01_train', '05_open_set')}
@@ -164,13 +165,13 @@ def test_device_calls_simulated(tmp_path):
     # 2-core machine are many times slower with 2 threads than with 1)
     (prof/'smoke.yaml').write_text(json.dumps({'params': {'device': 'cpu', 'model': str(model), 'threads': 1}, 'notebooks': {
         **off, '01_train': {'params': SIM}, '05_open_set': {'params': SIM05}}}))
-    calls, states, outs, progress = 0, [], [], []
+    jobs, states, outs, progress = 0, [], [], []
     metrics = dev/'data'/'cache'/'checkpoints'/'smoke'/'npm'/'metrics.jsonl'
-    while calls < 12:   # on a quiet machine 2 calls; a loaded one makes less progress a call, never none
-        calls += 1; out = tmp_path/f'out{calls}'; outs.append(out)
-        # the first call cuts training (about 20 s of it: 1,000 steps take 25-40 s); later ones leave about 25 s of work
-        # after the start and the margins, enough to finish training (a loaded machine needs another call)
-        budget = '45' if calls == 1 else '60'
+    while jobs < 12:   # on a quiet machine 2 jobs; a loaded one makes less progress a job, never none
+        jobs += 1; out = tmp_path/f'out{jobs}'; outs.append(out)
+        # the first job cuts training (about 20 s of it: 1,000 steps take 25-40 s); later ones leave about 25 s of work
+        # after the start and the margins, enough to finish training (a loaded machine needs another job)
+        budget = '45' if jobs == 1 else '60'
         r = _run([sys.executable, '-m', 'npm_nb.run.bundle', 'run', 'smoke', '--budget', budget, '--reserve', '12', '--out', out,
                   '--checkpoints', '--params-dir', prof], env=env)
         assert r.returncode in (0, 3), r.stdout + r.stderr
@@ -178,16 +179,16 @@ def test_device_calls_simulated(tmp_path):
         assert len(files) <= 8 and all(f.stat().st_size <= 16 * MiB for f in files) and sum(f.stat().st_size for f in files) <= 64 * MiB
         st = json.loads(next((dev/'results'/'runs'/'smoke').glob('*/status.json')).read_text())
         states.append({n: (s['state'], s.get('cuts', 0)) for n, s in st['steps'].items()})
-        if r.returncode == 0 or states[-1]['01_train'][0] == 'done': break   # the device's time is up once training is done
+        if r.returncode == 0 or states[-1]['01_train'][0] == 'done': break   # the GPU time is up once training is done
         progress.append((len(metrics.read_text().splitlines()) if metrics.exists() else 0,))
-        assert len(progress) < 4 or len(set(progress[-4:])) > 1, f'calls {calls - 2}-{calls} made no progress: {states}'
-    print('calls:', states)
-    assert calls >= 2 and states[0]['01_train'][0] == 'interrupted', f'the first call did not cut training: {states}'
+        assert len(progress) < 4 or len(set(progress[-4:])) > 1, f'jobs {jobs - 2}-{jobs} made no progress: {states}'
+    print('jobs:', states)
+    assert jobs >= 2 and states[0]['01_train'][0] == 'interrupted', f'the first job did not cut training: {states}'
     # training went on from its checkpoint: one metric line a logged step, none twice
     steps = [json.loads(l)['step'] for l in metrics.read_text().splitlines()]
     assert steps == list(range(SIM['log_every'], SIM['steps'] + 1, SIM['log_every'])), steps
 
-    # 4. here: collect what the calls returned; the steps the device did not reach are finished here, on this CPU
+    # 4. here: collect what the jobs returned; the steps the GPU did not reach are finished here, on this CPU
     here = tmp_path/'here'; (here/'data').mkdir(parents=True)
     for d in ('processed', 'raw'): (here/'data'/d).symlink_to(ROOT/'data'/d)
     env_here = {**env, 'NPM_NB_DATA': str(here/'data'), 'NPM_NB_RESULTS': str(here/'results')}
@@ -195,7 +196,7 @@ def test_device_calls_simulated(tmp_path):
     assert c.returncode == 0 and 'ckpt-smoke-npm.tar.xz' in c.stdout, c.stdout + c.stderr
     run = next((here/'results'/'runs'/'smoke').glob('2*'))
     assert (here/'data'/'cache'/'checkpoints'/'smoke'/'npm'/'final'/'config.json').exists()   # restored here
-    if r.returncode == 0:   # a fast machine finished 05 in the same call: nothing is left to do here
+    if r.returncode == 0:   # a fast machine finished 05 in the same job: nothing is left to do here
         assert 'nothing to finish here' in c.stdout, c.stdout
     else:
         assert '-p device cpu` finishes them here' in c.stdout, c.stdout
@@ -211,11 +212,11 @@ def test_device_calls_simulated(tmp_path):
     assert st['finished'] and {n: s['state'] for n, s in st['steps'].items()} == {'01_train': 'done', '05_open_set': 'done'}, st
     assert (run/'tables'/'05_open_set.md').exists() and 'Open-set' in (run/'README.md').read_text()
     assert not (here/'results'/'tables').exists()   # smoke is not the committed profile
-    print(f'simulated device session: {calls} run calls, {time.time() - t_all:.0f} s in all')
+    print(f'simulated offline node: {jobs} run jobs, {time.time() - t_all:.0f} s in all')
 
 
-def test_finish_here_after_the_device_time_ends(tmp_path, monkeypatch):
-    """#27: a run whose calls ended after its first step (the device's 15 minutes are up) comes back, and the rest runs here.
+def test_finish_here_after_the_gpu_time_ends(tmp_path, monkeypatch):
+    """#27: a run whose jobs ended after its first step (the node's 15 minutes are up) comes back, and the rest runs here.
 
     "There" runs with bf16 kept (a GPU, or a CPU with native bf16); here the CPU has none, so the step left over runs in
     fp32 (`fit_precision`) while the step done there stays done (`profile_key`): nothing runs twice, the run finishes."""
@@ -233,25 +234,25 @@ def test_finish_here_after_the_device_time_ends(tmp_path, monkeypatch):
     pa.mkdir()
     (pa/'base.yaml').write_text(yaml.safe_dump({'params': {'device': 'cpu', 'amp': 'bf16'},
                                                 'notebooks': {'01_a': {}, '02_b': {'after': ['01_a']}}}))
-    (pa/'lent.yaml').write_text('params: {}\n')
+    (pa/'onejob.yaml').write_text('params: {}\n')
     kw = dict(params_folder=pa, experiments_folder=ex, echo=print)
 
     # there: the budget lets 01_a start (the setup takes well under 8 s) and, once 01_a's 8 s are over, leaves too little
     # for 02_b (a step starts only with MIN_STEP_S = 52 of the budget's 60 s left)
     monkeypatch.setenv('NPM_NB_RESULTS', str(tmp_path/'there'/'results')); monkeypatch.setenv('NPM_NB_DATA', str(tmp_path/'there'/'data'))
     monkeypatch.setattr(batch, 'MIN_STEP_S', 52.0)
-    st = run_batch('lent', time_budget=60, keep_bf16=True, **kw)
+    st = run_batch('onejob', time_budget=60, keep_bf16=True, **kw)
     assert {n: s['state'] for n, s in st['steps'].items()} == {'01_a': 'done', '02_b': 'pending'} and st['budget_reached']
-    pack('lent', outbox=tmp_path/'outbox'); send(tmp_path/'out1', outbox=tmp_path/'outbox')
+    pack('onejob', outbox=tmp_path/'outbox'); send(tmp_path/'out1', outbox=tmp_path/'outbox')
 
     # here: collect --finish-here marks the run; the batch resumes it on a CPU without native bf16
     here = tmp_path/'here'
     monkeypatch.setenv('NPM_NB_RESULTS', str(here/'results')); monkeypatch.setenv('NPM_NB_DATA', str(here/'data'))
     monkeypatch.setattr(batch, 'MIN_STEP_S', 30.0); monkeypatch.setattr(training, 'cpu_bf16_native', lambda: False)
     got = collect(tmp_path/'out1', dest=here, finish_here=True)
-    assert got['finish_here'] == ['python -m npm_nb.run.batch lent -p device cpu'], got
-    st2 = run_batch('lent', overrides=[('device', 'cpu')], **kw)
-    assert st2['run_dir'] == str(here/'results'/'runs'/'lent'/Path(st['run_dir']).name)
+    assert got['finish_here'] == ['python -m npm_nb.run.batch onejob -p device cpu'], got
+    st2 = run_batch('onejob', overrides=[('device', 'cpu')], **kw)
+    assert st2['run_dir'] == str(here/'results'/'runs'/'onejob'/Path(st['run_dir']).name)
     assert st2['steps']['01_a'].get('cached') and st2['steps']['02_b']['state'] == 'done'
     assert log.read_text().splitlines() == ['01_a cpu bf16', '02_b cpu none'], log.read_text()   # each ran once
     run = Path(st2['run_dir'])
