@@ -1036,7 +1036,8 @@ def reap_stopped_runs(prof_dir: Path, # `results_dir('runs', profile)`, whose lo
     "Mark `interrupted` the steps still `running` in this checkout's runs of the folder: under its lock, no runner of theirs is alive."
     fixed = []
     for d in sorted(p for p in Path(prof_dir).glob('*') if (p/'status.json').exists() and _started_here(p)):
-        st = read_status(d)
+        try: st = read_status(d)
+        except BatchError: continue  # a damaged record: reported when that run is the one to resume
         hung = [n for n, s in st['steps'].items() if s['state'] == 'running']
         for n in hung:
             st['steps'][n].update(state='interrupted', error=f"its runner (pid {st['steps'][n].get('pid', '?')}) stopped while it ran "
