@@ -325,11 +325,12 @@ def test_38_collect_writes_only_under_results(tmp_path):
         _tar(out/'results-x.tar.xz.1of1', {'results/runs/x/1/status.json': b'{}', bad: b'echo owned'})
         with pytest.raises(ValueError, match='outside results/|climbs out'): collect(out, dest=here)
     assert sorted(p.name for p in here.iterdir()) == ['dist'] and not (here/'Makefile').exists()
-    out = tmp_path/'sums'; out.mkdir(); f = _tar(out/'results-x.tar.xz.1of1', {'results/a.md': b'ok'})
+    out = tmp_path/'sums'; out.mkdir(); f = _tar(out/'results-x.tar.xz.1of1', {'results/a.md': b'ok', 'results/runs/x/1/.started-here': b''})
     (out/'pieces.sha256.json').write_text(json.dumps({f.name: '0' * 64}))
     with pytest.raises(ValueError, match='results-x.tar.xz.1of1 is damaged: its sha256 differs'): collect(out, dest=here)
     (out/'pieces.sha256.json').write_text(json.dumps({f.name: sha256(f)}))
     assert collect(out, dest=here)['done'] == {'results-x.tar.xz': str(here/'results')} and (here/'results'/'a.md').read_text() == 'ok'
+    assert not (here/'results'/'runs'/'x'/'1'/'.started-here').exists()   # only --finish-here marks a run as started here
     for name, body, part in [('results-x.tar.xz.1ofN', b'', 'is not a piece `bundle send` writes'),
                              ('results-y.tar.xz.1of1', b'not a tar' * 50, 'is not a readable tar archive')]:
         out = tmp_path/name; out.mkdir(); (out/name).write_bytes(body)

@@ -722,7 +722,7 @@ def _unpack_results(whole: Path, dest: Path) -> list[Path]:
     if outside:
         raise ValueError(f"{whole.name} holds {outside[0][:200]!r}{f' and {len(outside) - 1} more' if len(outside) > 1 else ''} outside "
                          "results/: collect writes only under results/, so it is refused (it was not made by `bundle pack`)")
-    extract_tar(whole, dest)
+    extract_tar(whole, dest, only=lambda n: n.rpartition('/')[2] not in ('.started-here', '.lock'))  # only --finish-here marks a run
     return [dest/Path(m).parent for m in names if re.fullmatch(r'results/runs/[^/]+/[^/]+/status\.json', m)]
 
 def collect(*folders, dest=None, restore: bool = False,
