@@ -85,8 +85,8 @@ test: data sync-check
 
 # An offline bundle for GPU machines without a package index (npm_nb.run.bundle; docs/gpu.md, "Offline GPU machines"): wheels for
 # BUNDLE_PYTHON / BUNDLE_PLATFORM that such a machine lacks (resolved against its torch 2.11 / transformers 5.17 / numpy
-# 2.5, which it keeps), the processed data and the init model as fp16, in parts under dist/bundle/ sized so that each
-# fits one 64 MiB device call beside the working tree (BUNDLE_PART_MB=auto; `python -m npm_nb.run.bundle calls` re-checks),
+# 2.5, which it keeps), the processed data and the init model as fp16, in parts under dist/bundle/ of at most
+# BUNDLE_PART_MB MiB each, one transfer (auto: what fits 64 MiB beside the working tree; `python -m npm_nb.run.bundle calls` re-checks),
 # with a manifest of sha256 sums. BUNDLE_ARGS adds options, e.g. `--checkpoints h100` (trained checkpoints), `--with lm`
 # (REPLUG's LM), `--with spacy` (REALM's NER) or `--model mpnet`.
 BUNDLE_PYTHON ?= 3.12
@@ -95,9 +95,9 @@ BUNDLE_PART_MB ?= auto
 BUNDLE_ARGS ?=
 bundle: install
 	$(PY) -m npm_nb.run.bundle build --python $(BUNDLE_PYTHON) --platform $(BUNDLE_PLATFORM) --part-mb $(BUNDLE_PART_MB) $(BUNDLE_ARGS)
-	$(PY) -m npm_nb.run.bundle calls
+	$(if $(filter auto,$(BUNDLE_PART_MB)),$(PY) -m npm_nb.run.bundle calls)
 
-# The device calls simulated here (tests/test_bundle.py, about 3 minutes): parts one per call, a budget that cuts steps,
-# resume, collect. NPM_NB_TEST_BUNDLE=1 adds the slow end-to-end test (a fresh venv, wheels from PyPI, 10-20 minutes).
+# The worked example of docs/gpu.md simulated here (tests/test_bundle.py, about 4 minutes): parts one per job, a budget
+# that cuts steps, resume, collect. NPM_NB_TEST_BUNDLE=1 adds the slow end-to-end test (a fresh venv, wheels from PyPI, 10-20 minutes).
 bundle-test: install
 	NPM_NB_TEST_BUNDLE=1 $(BIN)/pytest -q tests/test_bundle.py

