@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['BF16_UNIT', 'SCORE_BYTES', 'set_threads', 'available_memory', 'order_topk', 'merge_topk', 'ExactSearch',
-           'bf16_error_bound', 'matmul_rate']
+__all__ = ['BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'set_threads', 'available_memory', 'order_topk', 'merge_topk',
+           'ExactSearch', 'bf16_error_bound', 'matmul_rate']
 
 # %% ../../nbs/11_search.ipynb #bbd6e764
 def set_threads(threads: int = 0, # CPU threads for torch; 0: every core this process may run on
@@ -94,7 +94,7 @@ class ExactSearch:
                  precision: str | None = None, # CPU: 'bf16' (default where the CPU computes bf16 natively) or 'fp32'; GPU: 'fp16' (default) or 'fp32'
                  chunk: int | None = None, # store rows a matrix product (default: CPU as many as 512 MiB of scores allow; GPU 2^26 / query batch)
                  query_batch: int | None = None, # queries a pass over the store (default: CPU 1024, GPU 2048)
-                 margin: int | None = None, # extra candidates rescored exactly (bf16 default k, fp16 default k/8 + 16)
+                 margin: int | None = None, # extra candidates rescored exactly (bf16 default 3k, fp16 default k/8 + 16)
                 ):
         self.vectors = getattr(vectors, 'vectors', vectors)
         if len(self.vectors.shape) != 2: raise ValueError(f"the store must be [N, h], got shape {tuple(self.vectors.shape)}")
@@ -172,6 +172,8 @@ ExactSearch._rows_per_chunk, ExactSearch._chunks, ExactSearch._scores = _rows_pe
 def _gather(self, rows):
     "The stored vectors of `rows` (any shape, all >= 0) in fp32 on the device, `[*rows.shape, h]`."
     if self.X is not None and self.X.dtype != torch.bfloat16: return self.X[rows].float()   # (a bf16 copy is not the store)
+    if self.device.type == 'cpu' and not isinstance(self.vectors, np.memmap):   # in memory: read the rows directly
+        return _tensor(np.take(self.vectors, rows.numpy().ravel(), axis=0)).float().view(*rows.shape, self.d)
     u, inv = torch.unique(rows, return_inverse=True)
     return _tensor(self.vectors[u.cpu().numpy()]).to(self.device).float()[inv]
 
@@ -263,9 +265,12 @@ def _max_norm(self) -> float:
     return self._norm_cap
 
 def _rows_of(self, a: int, b: int, dtype):
-    "Store rows `a:b` in `dtype`: a slice of the resident copy when it has that type, else converted from the store."
+    "Store rows `a:b` in `dtype`: a slice of a resident copy of that type, else converted from the store."
     if self.X is not None and self.X.dtype == dtype: return self.X[a:b]
+    if getattr(self, '_X32', None) is not None and dtype == torch.float32: return self._X32[a:b]
     return _tensor(self.vectors[a:b]).to(dtype)
+
+BF16_MAX_SHORTLIST = 256  # bf16 only while the shortlist k + margin is at most N / this: rescoring reads it row by row
 
 def _dense_top(self, q, # queries `[Q, h]` in the product's dtype (fp32: exact; bf16: a shortlist)
                K: int):
@@ -296,12 +301,16 @@ def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
     st = dict(queries=0, certified=0, widened=0, fp32=0)
     for b in range(0, len(q), self.query_batch):
         qb = torch.from_numpy(q[b:b + self.query_batch])
-        if self.precision == 'fp32':
+        K = min(self.n, k + (self.margin if self.margin is not None else 3 * k))
+        if self.precision == 'bf16' and K * BF16_MAX_SHORTLIST > self.n and self.X is not None and getattr(self, '_X32', None) is None:
+            free = (available_memory('cpu') or 0) // 2   # a long shortlist: the fp32 product is faster; keep an fp32 copy if it fits
+            if 4 * self.n * self.d <= free: self._X32 = _tensor(np.asarray(self.vectors)).float()
+        if self.precision == 'fp32' or K * BF16_MAX_SHORTLIST > self.n:
             s, r = order_topk(*self._dense_top(qb, k), k)
         else:
             s = torch.empty((len(qb), k)); r = torch.empty((len(qb), k), dtype=torch.int64)
             bound = bf16_error_bound(self.d) * self._max_norm() * qb.norm(dim=1)   # c·|q|·max|x|, per query
-            todo, K = torch.arange(len(qb)), min(self.n, k + (self.margin if self.margin is not None else k))
+            todo = torch.arange(len(qb))
             for attempt in range(2):
                 v, rt = self._dense_top(qb[todo].bfloat16(), K)
                 st_, rt = order_topk(self._exact(qb[todo], rt), rt, k)       # exact fp32 scores, exact order
