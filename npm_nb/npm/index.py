@@ -60,11 +60,12 @@ def faiss_has_gpu() -> bool:
     "True when the installed FAISS was built with GPU support and sees a GPU."
     return hasattr(faiss, 'StandardGpuResources') and faiss.get_num_gpus() > 0
 
-def _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, mips='ip'):
-    "An empty FAISS index of `kind` for `d`-dimensional vectors, ranking by inner product (HNSW: natively or via L2)."
+def _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, hnsw_storage='fp16'):
+    "An empty FAISS index of `kind` for `d`-dimensional vectors, ranking by inner product (HNSW: vectors in fp16 or fp32)."
     if kind == 'flat': return faiss.IndexFlatIP(d)
     if kind == 'hnsw':
-        ix = faiss.IndexHNSWFlat(d + (mips == 'l2'), hnsw_m, faiss.METRIC_L2 if mips == 'l2' else faiss.METRIC_INNER_PRODUCT)
+        ix = (faiss.IndexHNSWSQ(d, faiss.ScalarQuantizer.QT_fp16, hnsw_m, faiss.METRIC_INNER_PRODUCT) if hnsw_storage == 'fp16'
+              else faiss.IndexHNSWFlat(d, hnsw_m, faiss.METRIC_INNER_PRODUCT))
         ix.hnsw.efConstruction = ef_construction
         return ix
     if d % m: raise ValueError(f"IVF-PQ needs m (bytes a code) to divide the dimension: {d} % {m} != 0 "
@@ -72,22 +73,6 @@ def _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, mips='ip'):
     return faiss.IndexIVFPQ(faiss.IndexFlatIP(d), d, nlist, m, nbits, faiss.METRIC_INNER_PRODUCT)
 
 # %% ../../nbs/12_index.ipynb #c65b5d65
-class _MipsL2:
-    "Inner-product search through an L2 index: `x → [x, √(Φ² − |x|²)]`, `q → [q, 0]`, scores mapped back to `q·x`."
-    def __init__(self, index, phi: float): self.index, self.phi = index, float(phi)
-    @property
-    def hnsw(self): return self.index.hnsw
-    @property
-    def ntotal(self): return self.index.ntotal
-    @property
-    def d(self): return self.index.d
-    def add(self, x):
-        n2 = np.einsum('ij,ij->i', x, x, dtype=np.float64)
-        self.index.add(np.hstack([x, np.sqrt(np.maximum(self.phi ** 2 - n2, 0))[:, None]]).astype(np.float32))
-    def search(self, q, k):
-        D, I = self.index.search(np.hstack([q, np.zeros((len(q), 1), np.float32)]), k)
-        return ((np.einsum('ij,ij->i', q, q, dtype=np.float64)[:, None] + self.phi ** 2 - D) / 2).astype(np.float32), I
-
 def max_norm(vectors, chunk: int = 65_536) -> float:
     "The largest row norm of `vectors` (read in chunks)."
     return float(max((np.sqrt(np.einsum('ij,ij->i', x, x, dtype=np.float64).max()) for _, x in _chunks(vectors, chunk, progress=False)), default=0.0))
@@ -123,8 +108,8 @@ class VectorIndex:
         return self
 
     def effective_ef_search(self, k: int) -> int | None:
-        "The breadth HNSW really searches with for `k` candidates: FAISS uses `max(ef_search, k)` (None: not HNSW)."
-        return max(int(self.params['ef_search']), int(k)) if self.kind == 'hnsw' else None
+        "The breadth HNSW really searches with: FAISS uses `ef_search` as set, also below `k` (None: not HNSW)."
+        return int(self.params['ef_search']) if self.kind == 'hnsw' else None
 
     @property
     def exact(self) -> bool: return isinstance(self.index, _TorchFlat)
@@ -167,7 +152,7 @@ class VectorIndex:
         if self.kind == 'flat': return 4 * n * d
         if self.kind == 'hnsw':
             g = ix.hnsw
-            return 4 * n * ix.d + 4 * g.neighbors.size() + 8 * g.offsets.size() + 4 * g.levels.size()
+            return n * faiss.downcast_index(ix.storage).code_size + 4 * g.neighbors.size() + 8 * g.offsets.size() + 4 * g.levels.size()
         code = int(p['m']) * int(p['nbits']) // 8
         return n * (code + 8) + 4 * int(p['nlist']) * d + 4 * d * 2 ** int(p['nbits'])
 
@@ -250,20 +235,20 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
                 nbits: int = 8, # bits a PQ sub-code
                 nprobe: int = 16, # IVF lists searched a query
                 hnsw_m: int = 32, # HNSW neighbours a node
-                ef_search: int = 128, # HNSW search breadth (FAISS uses at least k)
+                ef_search: int = 128, # HNSW search breadth (FAISS uses it as set, also below k)
                 train_size: int = 100_000, # rows sampled to train IVF-PQ
                 seed: int = 0, # for the training sample
                 device: str | None = None, # 'cuda' to search on the GPU (torch flat, FAISS-GPU IVF-PQ), default CPU
                 progress: bool = True,
                 ef_construction: int = 80, # HNSW build breadth
-                chunk: int = 65_536, # rows added at a time
+                chunk: int | None = None, # rows added a call (default: HNSW all in one call, the better graph; IVF-PQ 65,536)
                 flat_backend: str = 'torch', # 'torch' (ExactSearch, any k) or 'faiss' (IndexFlatIP)
-                mips: str = 'ip', # HNSW graph: 'ip' (FAISS inner product) or 'l2' (L2 on extended vectors, same ranking)
+                hnsw_storage: str = 'fp16', # HNSW vectors: 'fp16' (IndexHNSWSQ, 2·h bytes) or 'fp32' (IndexHNSWFlat)
                ) -> VectorIndex:
     "Build a `kind` index over the rows of `vectors`, ranking by inner product, with the fp16 store attached."
     if kind not in KINDS: raise ValueError(f"kind={kind!r}: choose one of {KINDS}")
     if flat_backend not in ('torch', 'faiss'): raise ValueError(f"flat_backend={flat_backend!r}: use 'torch' or 'faiss'")
-    if mips not in ('ip', 'l2'): raise ValueError(f"mips={mips!r}: use 'ip' or 'l2'")
+    if hnsw_storage not in ('fp16', 'fp32'): raise ValueError(f"hnsw_storage={hnsw_storage!r}: use 'fp16' or 'fp32'")
     store = vectors; vec = getattr(vectors, 'vectors', vectors)
     n, d = vec.shape
     if n == 0: raise ValueError("cannot index an empty store (0 vectors)")
@@ -282,15 +267,15 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
                   hnsw_m=hnsw_m if kind == 'hnsw' else None, ef_search=ef_search if kind == 'hnsw' else None,
                   ef_construction=ef_construction if kind == 'hnsw' else None,
                   train_size=train_size if kind == 'ivfpq' else None, seed=seed, metric='inner_product',
-                  flat_backend=flat_backend if kind == 'flat' else None, mips=mips if kind == 'hnsw' else None)
+                  flat_backend=flat_backend if kind == 'flat' else None,
+                  hnsw_storage=hnsw_storage if kind == 'hnsw' else None)
     m_ = getattr(store, 'manifest', None)
     if m_ is not None: params['store'] = dict(store_fingerprint(store), path=str(getattr(store, 'path', '')))
     t0 = time.perf_counter()
     on_gpu = device is not None and str(device).startswith('cuda')
     if torch_flat: index = _TorchFlat(vec, device or 'cpu')
     else:
-        index = _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, mips)
-        if kind == 'hnsw' and mips == 'l2': params['mips_phi'] = max_norm(vec) * (1 + 1e-6); index = _MipsL2(index, params['mips_phi'])
+        index = _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, hnsw_storage)
         if kind == 'ivfpq':
             sample = training_sample(vec, train_size, seed)
             if len(sample) < max(nlist, 2 ** nbits):
@@ -299,6 +284,7 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
             if on_gpu: index = _to_gpu(index, kind, device)
             index.train(sample)
         elif on_gpu: index = _to_gpu(index, kind, device)
+        chunk = chunk or (n if kind == 'hnsw' else 65_536)
         for _, x in _chunks(vec, chunk, desc=f'index[{kind}]', progress=progress): index.add(x)
     params['build_s'] = round(time.perf_counter() - t0, 3); params['device'] = _where(index)
     return VectorIndex(index, kind, params, store=store).set_search(nprobe, ef_search)
@@ -317,7 +303,6 @@ def _save(self, path):
     ix = self.index
     if isinstance(ix, _TorchFlat): (path/'index.faiss').unlink(missing_ok=True)  # a copy of the store: nothing to save
     else:
-        if isinstance(ix, _MipsL2): ix = ix.index
         if hasattr(faiss, 'index_gpu_to_cpu') and 'Gpu' in type(ix).__name__: ix = faiss.index_gpu_to_cpu(ix)
         with atomic_path(path/'index.faiss') as tmp: faiss.write_index(ix, str(tmp))
     extra = {} if isinstance(self.index, _TorchFlat) else {'faiss_xxh3': file_checksum(path/'index.faiss')}
@@ -351,8 +336,8 @@ def load_index(path, # a folder written by `VectorIndex.save`
     except RuntimeError as e: raise ValueError(f"{f} is damaged ({str(e).splitlines()[0][:160]}): {fix}") from e
     if index.ntotal != params['n']: raise ValueError(f"{f} holds {index.ntotal} vectors, index.json says {params['n']}: {fix}")
     params.pop('faiss_xxh3', None)
-    if params.get('mips') == 'l2': index = _MipsL2(index, params['mips_phi'])
-    elif device is not None and str(device).startswith('cuda'): index = _to_gpu(index, kind, device)
+    if params.get('mips') == 'l2': raise ValueError(f"{path} holds an HNSW graph on L2-extended vectors, which this version dropped (its recall on our vectors stayed below 0.1): {fix}")
+    if device is not None and str(device).startswith('cuda'): index = _to_gpu(index, kind, device)
     params['device'] = _where(index)
     return VectorIndex(index, kind, params, store=store).set_search(params.get('nprobe'), params.get('ef_search'))
 

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['set_threads', 'available_memory', 'order_topk', 'merge_topk', 'ExactSearch', 'matmul_rate']
+__all__ = ['BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'set_threads', 'available_memory', 'order_topk', 'merge_topk',
+           'ExactSearch', 'bf16_error_bound', 'matmul_rate']
 
 # %% ../../nbs/11_search.ipynb #bbd6e764
 def set_threads(threads: int = 0, # CPU threads for torch; 0: every core this process may run on
@@ -79,27 +80,36 @@ def _compact(s, # a chunk's scores [Q, C]
     return cs, cr, m
 
 # %% ../../nbs/11_search.ipynb #b2c2c84f
+def _cpu_bf16() -> bool:
+    "Whether this CPU computes bf16 products natively (chapter 9's `cpu_bf16_native`: AVX512-BF16 or AMX)."
+    from npm_nb.npm.training import cpu_bf16_native
+    return cpu_bf16_native()
+
 class ExactSearch:
-    "Exact top-k inner-product search over an fp16 store: chunked matrix products with fp32 accumulation, running top-k."
+    "Exact top-k inner-product search over an fp16 store: the CPU's fastest matrix product, made exact (fp32 scores, exact top-k)."
     def __init__(self, vectors, # the store `[N, h]`: an fp16 memmap or array (or a `Datastore`)
                  device=None, # 'cpu' (default), 'cuda', 'cuda:1' or a torch.device
-                 resident: bool | None = None, # keep a copy on the device (CPU: fp32 in RAM; GPU: fp16); None: if it fits
+                 resident: bool | None = None, # keep a copy on the device (CPU: bf16 or fp32 in RAM; GPU: fp16); None: if it fits
                  memory: int | None = None, # bytes that copy may take (default: half of the free RAM / GPU memory)
-                 precision: str | None = None, # 'fp32' (CPU default: exact in one pass) or 'fp16' (GPU default)
-                 chunk: int | None = None, # store rows a matrix product (default: CPU 8192; GPU 2^26 / query batch)
+                 precision: str | None = None, # CPU: 'bf16' (default where the CPU computes bf16 natively) or 'fp32'; GPU: 'fp16' (default) or 'fp32'
+                 chunk: int | None = None, # store rows a matrix product (default: CPU as many as 512 MiB of scores allow; GPU 2^26 / query batch)
                  query_batch: int | None = None, # queries a pass over the store (default: CPU 1024, GPU 2048)
-                 margin: int | None = None, # fp16: extra candidates rescored exactly (default k/8 + 16)
+                 margin: int | None = None, # extra candidates rescored exactly (bf16 default 3k, fp16 default k/8 + 16)
                 ):
         self.vectors = getattr(vectors, 'vectors', vectors)
         if len(self.vectors.shape) != 2: raise ValueError(f"the store must be [N, h], got shape {tuple(self.vectors.shape)}")
         self.n, self.d = map(int, self.vectors.shape)
         self.device = torch.device(device or 'cpu')
         gpu = self.device.type == 'cuda'
-        self.precision = precision or ('fp16' if gpu else 'fp32')
-        if self.precision not in ('fp16', 'fp32'): raise ValueError(f"precision={precision!r}: use 'fp32' or 'fp16'")
+        self.precision = precision or ('fp16' if gpu else 'bf16' if _cpu_bf16() else 'fp32')
+        if self.precision not in ('fp16', 'fp32', 'bf16'): raise ValueError(f"precision={precision!r}: use 'fp32', 'bf16' (CPU) or 'fp16' (GPU)")
         if self.precision == 'fp16' and not gpu:
-            raise ValueError("precision='fp16' is for GPUs (a CPU has no fast fp16 matrix product): use 'fp32' on the CPU")
-        self.dtype = torch.float16 if gpu else torch.float32      # the resident copy's type
+            raise ValueError("precision='fp16' is for GPUs (a CPU has no fast fp16 matrix product): use 'bf16' or 'fp32' on the CPU")
+        if self.precision == 'bf16' and gpu: raise ValueError("precision='bf16' is for CPUs: on a GPU use 'fp16' (the default) or 'fp32'")
+        if self.precision == 'bf16' and not _cpu_bf16():
+            warnings.warn("precision='bf16' on a CPU without native bf16 (AVX512-BF16 / AMX): emulated, likely slower than fp32")
+        self.dtype = torch.float16 if gpu else torch.bfloat16 if self.precision == 'bf16' else torch.float32  # the resident copy's type
+        self._norm_cap, self.stats = None, {}
         self.query_batch, self.chunk, self.margin = query_batch or (2048 if gpu else 1024), chunk, margin
         if resident is None:
             free = memory if memory is not None else (available_memory(self.device) or 0) // 2
@@ -161,7 +171,9 @@ ExactSearch._rows_per_chunk, ExactSearch._chunks, ExactSearch._scores = _rows_pe
 # %% ../../nbs/11_search.ipynb #7b096c4d
 def _gather(self, rows):
     "The stored vectors of `rows` (any shape, all >= 0) in fp32 on the device, `[*rows.shape, h]`."
-    if self.X is not None: return self.X[rows].float()
+    if self.X is not None and self.X.dtype != torch.bfloat16: return self.X[rows].float()   # (a bf16 copy is not the store)
+    if self.device.type == 'cpu' and not isinstance(self.vectors, np.memmap):   # in memory: read the rows directly
+        return _tensor(np.take(self.vectors, rows.numpy().ravel(), axis=0)).float().view(*rows.shape, self.d)
     u, inv = torch.unique(rows, return_inverse=True)
     return _tensor(self.vectors[u.cpu().numpy()]).to(self.device).float()[inv]
 
@@ -221,6 +233,7 @@ def _search(self, q, # queries `[Q, h]` (or `[h]`), float32
     if k < 1: raise ValueError(f"k={k}: ask for at least one neighbour")
     k = min(int(k), self.n)
     if k == 0 or not len(q): return np.zeros((len(q), k), np.float32), np.zeros((len(q), k), np.int64)
+    if self.device.type == 'cpu': return _search_cpu(self, q, k)
     fp16 = self.precision == 'fp16'
     kk = min(self.n, k + (self.margin if self.margin is not None else k // 8 + 16)) if fp16 else k
     S, R = [], []
@@ -233,6 +246,88 @@ def _search(self, q, # queries `[Q, h]` (or `[h]`), float32
     return np.concatenate(S), np.concatenate(R)
 
 ExactSearch._search_batch, ExactSearch.search = _search_batch, _search
+
+# %% ../../nbs/11_search.ipynb #20e6b469
+BF16_UNIT = 2.0 ** -8   # bf16's unit roundoff: 8 significant bits, round to nearest
+SCORE_BYTES = 1 << 29   # CPU: the scores of one matrix product `[Q, C]` take at most this many bytes
+
+def bf16_error_bound(d: int, # the vectors' dimension
+                    ) -> float:
+    "`c` such that a bf16 product's score of `q·x` (h = `d`) is within `c·|q|·|x|` of the exact fp32 score."
+    u = BF16_UNIT
+    return 1.01 * (3 * u + 4 * u * u + 4 * d * 2.0 ** -24)
+
+def _max_norm(self) -> float:
+    "The largest norm of a stored vector (of the fp16 store itself, read once)."
+    if self._norm_cap is None:
+        self._norm_cap = max((float(_tensor(self.vectors[a:a + (1 << 16)]).float().norm(dim=1).max())
+                              for a in range(0, self.n, 1 << 16)), default=0.0)
+    return self._norm_cap
+
+def _rows_of(self, a: int, b: int, dtype):
+    "Store rows `a:b` in `dtype`: a slice of a resident copy of that type, else converted from the store."
+    if self.X is not None and self.X.dtype == dtype: return self.X[a:b]
+    if getattr(self, '_X32', None) is not None and dtype == torch.float32: return self._X32[a:b]
+    return _tensor(self.vectors[a:b]).to(dtype)
+
+BF16_MAX_SHORTLIST = 256  # bf16 only while the shortlist k + margin is at most N / this: rescoring reads it row by row
+
+def _dense_top(self, q, # queries `[Q, h]` in the product's dtype (fp32: exact; bf16: a shortlist)
+               K: int):
+    "Per query the best `K` rows, unordered, one matrix product a row range: fp32 exact (ties: lower rows), bf16 as scored."
+    exact = q.dtype == torch.float32
+    C = int(self.chunk) if self.chunk else max(K, SCORE_BYTES // max(1, len(q) * q.element_size()))
+    S = R = None
+    for a in range(0, self.n, C):
+        s = q @ self._rows_of(a, min(self.n, a + C), q.dtype).T
+        v, i = torch.topk(s, min(K, s.shape[1]), dim=1, sorted=False); i = i + a
+        if exact:                                                  # more rows at the K-th score than places: lower rows win
+            lo = v.min(1, keepdim=True).values
+            tie = _count(s >= lo) > v.shape[1]
+            if bool(tie.any()):
+                t = tie.nonzero()[:, 0]; cs, cr, _ = _compact(s[t], s[t] >= lo[t], a)
+                ts, tr = order_topk(cs, cr, v.shape[1]); v, i = v.index_put((t,), ts), i.index_put((t,), tr)
+        if S is None: S, R = v, i
+        elif exact: S, R = merge_topk(S, R, v, i, K)
+        else:
+            v = torch.cat([S, v], 1); v, j = torch.topk(v, min(K, v.shape[1]), dim=1, sorted=False)
+            S, R = v, torch.cat([R, i], 1).gather(1, j)
+    return S, R
+
+def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
+                k: int):
+    "`(scores, rows)` on the CPU: one fp32 product and topk, or the certified bf16 shortlist (see above)."
+    S, R = [], []
+    st = dict(queries=0, certified=0, widened=0, fp32=0)
+    for b in range(0, len(q), self.query_batch):
+        qb = torch.from_numpy(q[b:b + self.query_batch])
+        K = min(self.n, k + (self.margin if self.margin is not None else 3 * k))
+        if self.precision == 'bf16' and K * BF16_MAX_SHORTLIST > self.n and self.X is not None and getattr(self, '_X32', None) is None:
+            free = (available_memory('cpu') or 0) // 2   # a long shortlist: the fp32 product is faster; keep an fp32 copy if it fits
+            if 4 * self.n * self.d <= free: self._X32 = _tensor(np.asarray(self.vectors)).float()
+        if self.precision == 'fp32' or K * BF16_MAX_SHORTLIST > self.n:
+            s, r = order_topk(*self._dense_top(qb, k), k)
+        else:
+            s = torch.empty((len(qb), k)); r = torch.empty((len(qb), k), dtype=torch.int64)
+            bound = bf16_error_bound(self.d) * self._max_norm() * qb.norm(dim=1)   # c·|q|·max|x|, per query
+            todo = torch.arange(len(qb))
+            for attempt in range(2):
+                v, rt = self._dense_top(qb[todo].bfloat16(), K)
+                st_, rt = order_topk(self._exact(qb[todo], rt), rt, k)       # exact fp32 scores, exact order
+                t = v.min(1).values.float() if K < self.n else torch.full((len(todo),), -math.inf)
+                ok = t + bound[todo] < st_[:, -1]
+                s[todo[ok]], r[todo[ok]] = st_[ok], rt[ok]
+                st['certified' if attempt == 0 else 'widened'] += int(ok.sum())
+                todo, K = todo[~ok], min(self.n, 4 * K)
+                if not len(todo): break
+            if len(todo):                                                   # still uncertain: fp32, exact
+                s[todo], r[todo] = order_topk(*self._dense_top(qb[todo], k), k); st['fp32'] += len(todo)
+        st['queries'] += len(qb)
+        S.append(s.numpy()); R.append(r.numpy())
+    self.stats = st
+    return np.concatenate(S), np.concatenate(R)
+
+ExactSearch._max_norm, ExactSearch._rows_of, ExactSearch._dense_top = _max_norm, _rows_of, _dense_top
 
 # %% ../../nbs/11_search.ipynb #8330461c
 def matmul_rate(device='cpu', # where to measure
