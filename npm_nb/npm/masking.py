@@ -10,7 +10,8 @@ import torch
 from ..data.blocks import punctuation_ids
 
 # %% auto #0
-__all__ = ['token_sets', 'candidate_spans', 'SpanMask', 'span_mask', 'collate_npm', 'single_mask', 'collate_single', 'mlm_mask']
+__all__ = ['token_sets', 'candidate_spans', 'SpanMask', 'span_mask', 'plot_masked_block', 'collate_npm', 'single_mask',
+           'collate_single', 'mlm_mask']
 
 # %% ../../nbs/07_masking.ipynb #47a5fa89
 _TOKEN_SETS = {}
@@ -117,6 +118,62 @@ def span_mask(batch, # list of block dicts with input_ids, valid_start, valid_en
         if stats is not None: stats['dropped'] = stats.get('dropped', 0) + 1
         return None
     return SpanMask(sorted(spans), ratio, n_real, budget, int(sum(map(len, cands))))
+
+# %% ../../nbs/07_masking.ipynb #8e4266f8
+def plot_masked_block(batch, # list of block dicts (the batch `span_mask` saw)
+                      spans: SpanMask, # from `span_mask`
+                      tok, # the tokenizer of the blocks
+                      seq: int = 0, # the sequence whose masked spans are drawn
+                      other: int | None = None, # the sequence where they co-occur (default: the one with most occurrences)
+                      width: int = 110, # characters per line
+                      ax=None): # a matplotlib axes (default: a new figure)
+    "Draw sequence `seq` with its masked spans highlighted and, below, sequence `other` with the spans' occurrences."
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+    rows = _rows(batch); ids = list(rows[seq]['input_ids'])
+    mine = [(s, L) for b, s, L in spans.spans if b == seq]
+    hit = {}  # sequence -> {position: span number} where one of `mine` occurs
+    for k, (s, L) in enumerate(mine):
+        for j, r in enumerate(rows):
+            o = list(r['input_ids'])
+            if j == seq: continue
+            for m in range(len(o) - L + 1):
+                if o[m:m + L] == ids[s:s + L]: hit.setdefault(j, {}).update({p: k for p in range(m, m + L)})
+    if other is None: other = max(hit, key=lambda j: len(hit[j])) if hit else (seq + 1) % len(rows)
+    colours = ('#f4a261', '#8ecae6')
+    def layout(r, marks):  # (line, x, text, span number or None), wrapping at word starts
+        out, x, line = [], 0, 0
+        for p, t in enumerate(tok.convert_ids_to_tokens(list(r['input_ids']))):
+            t, sp = (t[2:], '') if t.startswith('##') else (t, ' ' if p else '')
+            if x + len(sp) + len(t) > width and sp: line, x, sp = line + 1, 0, ''
+            out.append((line, x + len(sp), t, marks.get(p), bool(sp))); x += len(sp) + len(t)
+        return out, line + 1
+    blocks = [(f'sequence {seq}: its {len(mine)} masked spans', layout(rows[seq], {p: k for k, (s, L) in enumerate(mine)
+                                                                                  for p in range(s, s + L)}), colours[0]),
+              (f'sequence {other}: where they occur too', layout(rows[other], hit.get(other, {})), colours[1])]
+    n_lines = sum(n + 1 for _, (_, n), _ in blocks) + 1
+    if ax is None: _, ax = plt.subplots(figsize=(8, 0.16 * n_lines + 0.5))
+    r = ax.figure.canvas.get_renderer(); axw = ax.get_window_extent(r).width
+    for fs in np.arange(9, 3, -0.25):  # the largest font that fits `width` characters (advances are whole pixels)
+        probe = ax.text(0, 0, 'x' * width, fontsize=fs, family='monospace')
+        adv = probe.get_window_extent(r).width / width; probe.remove()
+        if adv * width <= axw: break
+    ax.set_xlim(0, axw / adv); ax.set_ylim(n_lines - 0.5, -0.5); ax.axis('off')  # one x unit = one character
+    y = 0
+    for head, (toks, n), c in blocks:
+        ax.text(0, y, head, fontsize=fs, fontweight='bold', va='center'); y += 1
+        prev = None
+        for line, x, t, k, spaced in toks:
+            if k is not None:
+                join = prev is not None and prev[0] == line and prev[1] == k  # the same span goes on: cover the space
+                x0 = x - (1 if join and spaced else 0)
+                ax.add_patch(Rectangle((x0, y + line - 0.45), x + len(t) - x0, 0.9, color=c, lw=0))
+            ax.text(x, y + line, t, fontsize=fs, family='monospace', va='center')
+            prev = (line, k) if k is not None else None
+        y += n + 1
+    ax.legend(handles=[Patch(color=colours[0], label='masked span'), Patch(color=colours[1], label='its occurrence elsewhere')],
+              loc='lower right', fontsize=fs, ncol=2, frameon=False, bbox_to_anchor=(1, -0.08))
+    return ax
 
 # %% ../../nbs/07_masking.ipynb #0a0018af
 def _need(tok, what: str):
