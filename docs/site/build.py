@@ -98,7 +98,7 @@ def api_page(m: str) -> str:
     `automodule` leaves out when they carry no `#:` comment, one `autodata` entry each."""
     import importlib, inspect
     mod = importlib.import_module(m)
-    own = lambda o: (inspect.isclass(o) or inspect.isfunction(o)) and getattr(o, '__module__', None) == m
+    own = lambda o: callable(o) and getattr(o, '__module__', None) == m  # functions (wrapped too) and classes
     rest = [n for n in getattr(mod, '__all__', []) if not own(getattr(mod, n, None))]
     kind = lambda n: 'autofunction' if callable(getattr(mod, n, None)) and not inspect.isclass(getattr(mod, n)) else 'autodata'
     return (f'``{m}``\n{"=" * (len(m) + 4)}\n\n.. automodule:: {m}\n   :members:\n\n'
