@@ -3,7 +3,7 @@ notebooks, then checked as files (works without a browser) and in headless Chrom
 tests/test_explorer_browser.py does): every page loads with no console error and no failed request, nothing is asked
 of any host but the local server, every internal link and image resolves, a formula is rendered, search finds
 "co-occurrence". The browser tests are skipped, saying why, only when Chromium or Playwright is missing."""
-import ast, functools, http.server, importlib.util, json, os, re, threading, time
+import ast, functools, http.server, importlib.util, json, os, re, sys, threading, time
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit, unquote
@@ -149,7 +149,10 @@ def server(html):
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *a): pass
     handler = functools.partial(Quiet, directory=str(html))
-    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    class Server(http.server.ThreadingHTTPServer):
+        def handle_error(self, request, client_address):  # a load the browser cut short (next page): no traceback
+            if not isinstance(sys.exc_info()[1], ConnectionError): super().handle_error(request, client_address)
+    srv = Server(('127.0.0.1', 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f'http://127.0.0.1:{srv.server_address[1]}/'
     srv.shutdown()
@@ -218,7 +221,7 @@ def test_a_formula_is_rendered(server, page):
 @in_browser
 def test_search_finds_co_occurrence(server, page):
     page.goto(urljoin(server, 'search.html?q=co-occurrence'))
-    page.wait_for_selector('#search-results ul.search li')
+    page.wait_for_function("document.querySelector('#search-results')?.innerText.includes('Search finished')")
     hits = page.eval_on_selector_all('#search-results ul.search li a', 'as => as.map(a => a.getAttribute("href"))')
     said = {f'{p.stem}.html' for p in (ROOT/'nbs').glob('[0-9]*.ipynb') if 'co-occurrence' in p.read_text()}
     assert said and said <= {h.split('?')[0].split('#')[0] for h in hits}, (said, hits)  # every chapter that says it
