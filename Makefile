@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install chromium data model reproduce test sync-check smoke clean-data explorer explorer-screenshot bundle bundle-test
+.PHONY: install chromium data model reproduce test sync-check smoke clean-data explorer explorer-screenshot bundle bundle-test docs
 
 # torch comes first, as the build named by TORCH_VARIANT: `cpu` (default; torch==2.13.0 from plain PyPI is the CUDA 13
 # build, over 3 GB with its CUDA packages), a CUDA build of the PyTorch index (`cu126`, `cu128`, ...), or `pypi`
@@ -79,6 +79,12 @@ sync-check: install
 	if [ "$$before" != "$$after" ]; then \
 	  echo "nbdev_clean / nbdev_export changed files: notebooks and npm_nb/ were out of sync."; \
 	  echo "Run nbdev_clean and nbdev_export, then commit the result."; git status --short -- nbs npm_nb; exit 1; fi
+
+# The book as a static site that works offline (Sphinx + myst-nb, docs/site/): every chapter with its committed outputs
+# (never executed here), the API of every module, search, MathJax served from the site. Open _site/html/index.html or
+# serve it: python -m http.server -d _site/html. tests/test_docs_browser.py builds it again and checks it in Chromium.
+docs: install
+	$(PY) docs/site/build.py _site
 
 test: data sync-check
 	$(BIN)/pytest -q tests
