@@ -13,7 +13,7 @@ from ..core import data_dir
 from ..models import offline_mode, default_device
 
 # %% auto #0
-__all__ = ['LM_ALIASES', 'convert_gguf', 'resolve_lm', 'start_token_id', 'tiny_causal_lm', 'CausalLM']
+__all__ = ['LM_ALIASES', 'convert_gguf', 'resolve_lm', 'start_token_id', 'tiny_causal_lm', 'CausalLM', 'plot_token_bits']
 
 # %% ../../nbs/15_lm.ipynb #5465b684
 LM_ALIASES = {
@@ -273,3 +273,21 @@ def _generate(self: CausalLM, prompts: list, max_new_tokens: int = 10, num_beams
     return res
 
 CausalLM._last_logits, CausalLM.mixture_generate, CausalLM.generate = _last_logits, _mixture_generate, _generate
+
+# %% ../../nbs/15_lm.ipynb #a5ddbcc4
+def plot_token_bits(lm: CausalLM, text: str, # the continuation to score (a leading space where one belongs)
+                    prompts: dict, # legend name -> prompt ('' for none)
+                    ax=None, # a matplotlib axis (default: a new figure)
+                   ):
+    "Bars of each token's surprisal in bits, −log₂ p(y_t | prompt, y_<t), one colour per prompt; returns the axis."
+    import matplotlib.pyplot as plt
+    bits = np.stack(lm.token_logprobs(list(prompts.values()), [text] * len(prompts))) / -np.log(2)
+    pieces = [lm.tok.decode([i]) for i in lm.encode(text)]
+    if ax is None: _, ax = plt.subplots(figsize=(8, 3))
+    w = 0.8 / len(prompts); nbytes = len(text.encode('utf-8'))
+    for j, (name, b) in enumerate(zip(prompts, bits)):
+        ax.bar(np.arange(len(pieces)) + (j - (len(prompts) - 1) / 2) * w, b, w,
+               label=f'{name}: {b.sum() / nbytes:.2f} bits per byte')
+    ax.set_xticks(range(len(pieces)), [repr(p)[1:-1] for p in pieces], rotation=45, ha='right', fontsize=8)
+    ax.set_ylabel('surprisal (bits)'); ax.set_xlabel('token of the continuation'); ax.legend(fontsize=8)
+    return ax

@@ -21,9 +21,9 @@ from ..npm.inference import exact_search, MASK
 # %% auto #0
 __all__ = ['chunk_documents', 'join_bert', 'doc_input_ids', 'null_doc_ids', 'query_input_ids', 'pad_ids', 'Retriever',
            'save_retriever', 'load_retriever', 'embed_documents', 'mips', 'reader_inputs', 'masked_logits',
-           'reader_log_probs', 'marginal_log_likelihood', 'retrieval_weights', 'RealmBatch', 'REALM', 'DocumentIndex',
-           'RealmPrediction', 'reader_scores', 'retrieval_utility', 'eval_open_set_realm', 'mask_marginal',
-           'eval_closed_set_realm']
+           'reader_log_probs', 'marginal_log_likelihood', 'retrieval_weights', 'RealmBatch', 'REALM',
+           'plot_retrieval_weights', 'DocumentIndex', 'RealmPrediction', 'reader_scores', 'retrieval_utility',
+           'eval_open_set_realm', 'mask_marginal', 'eval_closed_set_realm']
 
 # %% ../../nbs/18_realm.ipynb #81421bbe
 def chunk_documents(docs, # a table with `text` (+ optional `id`, `title`): a `datasets.Dataset`, dict of lists or DataFrame
@@ -293,6 +293,27 @@ def _span_hits(batch: RealmBatch, pz, lp, K) -> list:
         m = len(ys); block = lp[o:o + K * m].view(K, m, -1); o += K * m
         hits.append((block.exp() * pz[b][:, None, None]).sum(0).argmax(-1).tolist() == list(ys))
     return hits
+
+# %% ../../nbs/18_realm.ipynb #b44502ad
+def plot_retrieval_weights(f, # [K] relevance scores of one query's candidates, ∅ last (`out['f'][i]` of `REALM.forward`)
+                           log_p_y, # [K] log p(y|z,x) of the same candidates
+                           names: list, # K candidate labels (the last one is ∅ when the null document is in)
+                           ax=None, # a matplotlib axis (default: a new figure)
+                           null_doc: bool = True, # the last candidate is ∅ (drawn hatched)
+                          ):
+    "Bars of the prior p(z|x) and the posterior p(z|y,x) over one query's candidates; returns the axis."
+    import matplotlib.pyplot as plt
+    prior, post = (t[0].numpy() for t in retrieval_weights(torch.as_tensor(f)[None], torch.as_tensor(log_p_y)[None]))
+    if ax is None: _, ax = plt.subplots(figsize=(5, 3))
+    x = np.arange(len(names))
+    b1 = ax.bar(x - 0.2, prior, 0.4, color='tab:blue', label='prior p(z|x)')
+    b2 = ax.bar(x + 0.2, post, 0.4, color='tab:orange', label='posterior p(z|y,x)')
+    if null_doc:
+        for b in (b1[-1], b2[-1]): b.set_hatch('//'); b.set_edgecolor('black')
+    for b, v in ((b1, prior), (b2, post)):   # a tiny weight (∅'s prior) still shows, as a number
+        ax.bar_label(b, [f'{p:.2f}' if p >= 0.005 else f'{p:.0e}' for p in v], fontsize=6)
+    ax.set_xticks(x, names, fontsize=8); ax.set_ylim(0, 1.12); ax.set_ylabel('probability'); ax.legend(fontsize=7)
+    return ax
 
 # %% ../../nbs/18_realm.ipynb #1790ac72
 class DocumentIndex:

@@ -28,7 +28,7 @@ from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents
 __all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFRESH_MODES', 'spacy_tagger', 'has_spacy',
            'regex_spans', 'salient_spans', 'sentences', 'realm_examples', 'IndexRefresher', 'RealmConfig',
            'same_model_source', 'data_fingerprint', 'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval',
-           'train_realm', 'read_jsonl']
+           'train_realm', 'read_jsonl', 'plot_staleness']
 
 # %% ../../nbs/19_realm_pretraining.ipynb #8b83eca2
 SPACY_LABELS = ('PERSON', 'NORP', 'FAC', 'ORG', 'GPE', 'LOC', 'PRODUCT', 'EVENT', 'WORK_OF_ART', 'LAW', 'LANGUAGE', 'DATE')
@@ -526,3 +526,19 @@ def read_jsonl(path) -> list:
     "The rows of a JSON-lines log (empty if missing)."
     p = Path(path)
     return [json.loads(l) for l in p.read_text().splitlines() if l.strip()] if p.exists() else []
+
+# %% ../../nbs/19_realm_pretraining.ipynb #121a5810
+def plot_staleness(rows: list, # a run's `metrics.jsonl` rows (`read_jsonl`)
+                   ax=None, # a matplotlib axis (default: a new figure)
+                  ):
+    "Index age per step (bars, left axis) and the training loss (line, right axis); returns `(ax, loss_axis)`."
+    import matplotlib.pyplot as plt
+    if ax is None: _, ax = plt.subplots(figsize=(6, 3))
+    steps = [r['step'] for r in rows]
+    ax.bar(steps, [r['index_age'] for r in rows], color='tab:gray', alpha=0.6, label='index age')
+    ax.set_xlabel('step'); ax.set_ylabel('index age (steps)'); ax.set_xticks(steps)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    lx = ax.twinx()
+    lx.plot(steps, [r['loss'] for r in rows], 'o-', color='tab:red', label='loss')
+    lx.set_ylabel('loss  −log p(y|x)', color='tab:red')
+    return ax, lx

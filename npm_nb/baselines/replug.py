@@ -22,7 +22,7 @@ from .lm import CausalLM
 # %% auto #0
 __all__ = ['WEIGHTINGS', 'passages', 'mean_pool', 'DenseRetriever', 'PassageIndex', 'doc_log_weights', 'ensemble_logprobs',
            'Retrieved', 'REPLUG', 'bits_per_byte', 'lsr_loss', 'LSRConfig', 'lsr_checkpoint_dir', 'lm_scores',
-           'train_lsr', 'lsr_state']
+           'train_lsr', 'lsr_state', 'lsr_distributions']
 
 # %% ../../nbs/16_replug.ipynb #eecaae81
 def passages(docs, # documents: a `datasets.Dataset` or list of dicts with `text` (and `id`, `title`)
@@ -412,3 +412,12 @@ def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to trai
 def lsr_state(ckpt) -> dict:
     "The trainer state of an LSR checkpoint (step, log, index step, LM-score cache, ...)."
     return load_state(Path(ckpt)/'trainer_state.pt', fix='use another checkpoint')
+
+# %% ../../nbs/16_replug.ipynb #4d23de25
+def lsr_distributions(scores, # [k] retrieval scores s(d, x) of the retrieved documents
+                      lm_scores, # [k] P_LM(y | d, x) as log-likelihoods (e.g. mean token log-probs)
+                      gamma: float = 0.1, beta: float = 0.1,
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    "`(P_R, Q)`: the retriever's softmax(s/γ) and the LM's target softmax(P_LM/β) over the documents (§4.1-4.2)."
+    return (np.exp(doc_log_weights(np.asarray(scores, np.float64) / gamma)),
+            np.exp(doc_log_weights(np.asarray(lm_scores, np.float64) / beta)))

@@ -24,7 +24,8 @@ __all__ = ['EVALUATIVE_HEADS', 'JUDGEMENT_EXTRA', 'exact_match', 'group_em', 'ma
            'single_token_words', 'balance', 'plain_verbalizer', 'fuzzy_candidates', 'fuzzy_verbalizer', 'task_rows',
            'chunks', 'closed_table', 'eval_closed_set', 'word_id', 'eval_closed_set_mlm', 'normalized_blocks',
            'answer_in_blocks', 'dense_blocks', 'open_table', 'eval_open_set', 'greedy_fill', 'eval_open_set_mlm',
-           'bm25_answer', 'eval_bm25_only', 'document_names', 'translation_name_choice']
+           'bm25_answer', 'eval_bm25_only', 'document_names', 'translation_name_choice', 'plot_group_em', 'confusion',
+           'plot_confusion']
 
 # %% ../../nbs/14_evaluation.ipynb #24fdc084
 def exact_match(pred: str | None, # the predicted answer (None: no prediction)
@@ -799,3 +800,44 @@ def translation_name_choice(model, # an `NPM` (mode 'npm')
                    chance_rank=r(((ok.n_names + 1) / 2).mean()), most_picked=str(picked.index[0]),
                    most_picked_share=r(100 * picked.iloc[0] / len(ok), 1))
     return table, summary
+
+# %% ../../nbs/14_evaluation.ipynb #19117b1e
+def plot_group_em(summaries: list, # open-set summaries with `per_group` (from `eval_open_set`, `open_table`, ...)
+                  ax=None, # a matplotlib axis (default: a new figure)
+                 ):
+    "Grouped bars of each summary's exact match per group (bucket, lang, changed), one colour per model; returns the axis."
+    import matplotlib.pyplot as plt
+    if ax is None: _, ax = plt.subplots(figsize=(6, 3))
+    groups = sorted({g['group'] for s in summaries for g in s['per_group']})
+    size = {g['group']: g['n'] for s in summaries for g in s['per_group']}
+    w = 0.8 / len(summaries)
+    for j, s in enumerate(summaries):
+        em = {g['group']: g['em'] for g in s['per_group']}
+        bars = ax.bar(np.arange(len(groups)) + (j - (len(summaries) - 1) / 2) * w, [em.get(g, np.nan) for g in groups], w,
+                      label=f"{s['model']} (macro {s['macro_em']:.0f})")
+        ax.bar_label(bars, fmt='%.0f', fontsize=7)   # a 0 shows as a number, not as nothing
+    ax.set_xticks(range(len(groups)), [f'{g}\n(n={size[g]})' for g in groups])
+    ax.set_xlabel(summaries[0].get('by') or 'group'); ax.set_ylabel('exact match (%)'); ax.set_yticks(range(0, 101, 20)); ax.set_ylim(0, 140)
+    ax.set_title(f"EM by {summaries[0].get('by') or 'group'}: {summaries[0]['task']}"); ax.legend(fontsize=7, ncol=2, loc='upper center')
+    return ax
+
+def confusion(table: pd.DataFrame, # a closed-set table (`label_name`, `pred_name` columns)
+              labels: list | None = None, # label names in order (default: those of the table)
+             ) -> pd.DataFrame:
+    "Counts of gold label (rows) against prediction (columns, 'abstain' last when there are abstentions)."
+    labels = list(labels) if labels is not None else sorted(set(table.label_name))
+    cols = labels + (['abstain'] if (table.pred_name == 'abstain').any() else [])
+    return pd.crosstab(table.label_name, table.pred_name).reindex(index=labels, columns=cols, fill_value=0)
+
+def plot_confusion(table: pd.DataFrame, # a closed-set table
+                   labels: list | None = None, ax=None, title: str | None = None):
+    "The `confusion` counts as a heat map with the numbers written in; returns the axis."
+    import matplotlib.pyplot as plt
+    c = confusion(table, labels)
+    if ax is None: _, ax = plt.subplots(figsize=(3.5, 3))
+    ax.imshow(c.to_numpy(), cmap='Blues', vmin=0)
+    for (i, j), v in np.ndenumerate(c.to_numpy()):
+        ax.text(j, i, str(v), ha='center', va='center', color='white' if v > c.to_numpy().max() / 2 else 'black')
+    ax.set_xticks(range(c.shape[1]), c.columns); ax.set_yticks(range(c.shape[0]), c.index)
+    ax.set_xlabel('prediction'); ax.set_ylabel('gold label'); ax.set_title(title or 'Confusion')
+    return ax

@@ -24,7 +24,7 @@ __all__ = ['MASK', 'SIDES', 'WH_WORDS', 'BM25_STEMMER', 'check_query', 'query_id
            'predict_phrases', 'WordTable', 'word_table', 'token_string_table', 'token_strings', 'token_distribution',
            'neighbour_word_ids', 'neighbour_words', 'label_mass', 'label_probs', 'bm25_query', 'block_texts',
            'check_bm25', 'bm25_stemmer', 'BM25Retriever', 'block_rows', 'is_uncased', 'NPM', 'check_search_args',
-           'as_queries', 'check_verbalizers', 'check_inputs']
+           'as_queries', 'check_verbalizers', 'check_inputs', 'drawable', 'block_span_probs', 'plot_span_evidence']
 
 # %% ../../nbs/13_inference.ipynb #010f8067
 def check_query(text) -> str:
@@ -726,6 +726,50 @@ def _predict(self: NPM, text: str, ds, **kw) -> list[Prediction]:
     return self.predict_batch([text], ds, **kw)[0]
 
 NPM.predict_batch, NPM.predict = _predict_batch, _predict
+
+# %% ../../nbs/13_inference.ipynb #5d93f34d
+def drawable(text: str) -> str:
+    "`text` with every character matplotlib's default font cannot draw replaced by '?' (labels, without glyph warnings)."
+    from matplotlib import font_manager
+    font = font_manager.get_font(font_manager.findfont(font_manager.FontProperties()))
+    return ''.join(c if c.isspace() or font.get_char_index(ord(c)) else '?' for c in text)
+
+def block_span_probs(ds, q_start, q_end, # a datastore and one query's two vectors [h]
+                     block: int, # the block to read
+                     temperature: float = 1.0,
+                    ) -> tuple[np.ndarray, list, np.ndarray, np.ndarray]:
+    "`(tokens, labels, P_start, P_end)` of every token of `block`: softmax over all stored tokens (0 where not stored)."
+    tt = token_table(ds)
+    tokens = np.arange(tt.offsets[block], tt.offsets[block + 1])
+    s = similarity(np.stack([q_start, q_end]), ds.vectors).astype(np.float64) / temperature
+    p = np.exp(s - s.max(1, keepdims=True)); p /= p.sum(1, keepdims=True)
+    rows = tt.row[tokens]
+    ps, pe = (np.where(rows >= 0, p[i][np.maximum(rows, 0)], 0.0) for i in (0, 1))
+    real = tt.char_start[tokens] >= 0
+    labels = [t if r else '·' for t, r in zip(token_strings(ds, tt, tokens), real)]
+    return tokens, labels, ps, pe
+
+def plot_span_evidence(ds, q_start, q_end, # a datastore and one query's two vectors [h]
+                       block: int, # the block to show
+                       span: tuple | None = None, # (first, last) token numbers of a phrase to shade
+                       temperature: float = 1.0,
+                       ax=None, # a matplotlib axis (default: a new figure)
+                      ):
+    "Bars of `P_start` (up) and `P_end` (down) over the tokens of one block, the phrase `span` shaded; returns the axis."
+    import matplotlib.pyplot as plt
+    tokens, labels, ps, pe = block_span_probs(ds, q_start, q_end, block, temperature)
+    if ax is None: _, ax = plt.subplots(figsize=(8, 3))
+    x = np.arange(len(tokens))
+    ax.bar(x, ps, color='tab:blue', label='P_start'); ax.bar(x, -pe, color='tab:orange', label='P_end')
+    if span is not None:
+        a, b = int(span[0] - tokens[0]), int(span[1] - tokens[0])
+        ax.axvspan(a - 0.5, b + 0.5, color='tab:green', alpha=0.2, label='phrase')
+    ax.axhline(0, color='black', lw=0.5)
+    ax.set_xticks(x, [drawable(l) for l in labels], rotation=90, fontsize=7)
+    ax.set_xlim(-0.6, len(x) - 0.4)
+    ax.set_ylabel('probability (end below 0)'); ax.set_title(f'Start and end probabilities over block {block}')
+    ax.legend(fontsize=7, loc='upper right')
+    return ax
 
 # %% ../../nbs/13_inference.ipynb #1a089242
 def _predict_single(self: NPM, text, # a query with one [MASK], or a list of them
