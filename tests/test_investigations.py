@@ -1,4 +1,4 @@
-"""The investigation notebooks (nbs/experiments/15-19), each run by papermill on its smoke defaults into a temp results
+"""The investigation notebooks (nbs/experiments/15-20), each run by papermill on its smoke defaults into a temp results
 folder, as the batch runs an experiment: from the repository root, offline. They replace the scripts that used to live in
 results/runs/ (whose READMEs cite them), so each is run by a test and each test reads what it wrote."""
 import json, os
@@ -85,3 +85,16 @@ def test_15_targets_vs_steps(tmp_path, monkeypatch, smoke_models):
     assert len(pairs) == 2 and set(pairs.examples) == {'lama_geo', '4 open-set tasks'}
     meta = json.loads((res/'figures'/'15_targets_vs_steps.meta.json').read_text())
     assert meta['profile'] == 'smoke' and 'lama_geo EM' in meta['reading']
+
+@needs_data
+def test_20_leaders(tmp_path, monkeypatch, smoke_models):
+    "Each cause of the leaders' 0% is measured (casing cannot be one: uncased tokens, case-folding metric) and every fix scored."
+    res = run('20_leaders', tmp_path, monkeypatch)
+    diag = table(res, '20_leaders_diagnosis').set_index('cause: measure (% of facts)')
+    assert diag.loc['casing: tokens differ from the lower-cased name'].eq(0).all()
+    assert diag.loc['casing: the metric misses the lower-cased name'].eq(0).all()
+    assert diag.loc['corpus: a gold alias in the subject document'].eq(100).all()
+    assert {'reader (NPM): EM', 'reader (NPM): gold among the top 50 answers'} <= set(diag.index)
+    fixes = table(res, '20_leaders_fixes')
+    assert set(fixes.setting) >= {'the task template, original documents (before)', 'verbalizer "... is named [MASK]."'}
+    assert fixes.EM.between(0, 100).all()

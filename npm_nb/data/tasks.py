@@ -15,18 +15,18 @@ from .fetch import raw_file
 
 # %% auto #0
 __all__ = ['SENTIMENT', 'TOPIC', 'SENTIMENT_WORDS', 'BBC_TOPICS', 'BBC_WORDS', 'SENTIMENT_CORPORA', 'TOPIC_CORPORA',
-           'OPEN_CORPORA', 'TASKS', 'LOCAL_TASKS', 'MASK', 'CLOSED_READERS', 'CONTINENTS', 'GEO_TEMPLATES',
-           'QUESTION_TEMPLATE', 'COMMONSENSE_TEMPLATES', 'COMMONSENSE_CLOZE', 'GEO_CORPUS', 'WORDNET_CORPUS',
-           'TITLE_WORDS', 'TEMPORAL_RELATIONS', 'TRANSLATION_LANGS', 'TRANSLATION_TEMPLATE', 'TASKS_COMMAND',
-           'HUB_FORMATS', 'normalize_answer', 'Task', 'get_task', 'with_mask', 'make_query', 'subsample_indices',
-           'subsample', 'detokenize', 'read_mr', 'read_cr', 'read_bbc', 'read_amazon', 'fb_clean', 'fb_text',
-           'read_factbook', 'fb_name', 'geonames_countries', 'gec_to_iso', 'country_aliases', 'parse_capitals',
-           'parse_official_languages', 'parse_currency', 'geo_facts', 'read_wordnet_nouns', 'wordnet_facts',
-           'commonsense_facts', 'token_counts', 'answer_bucket', 'CorpusIndex', 'corpus_index', 'bm25_query',
-           'open_rows', 'build_open', 'is_caps', 'parse_office_holder', 'fact_changed', 'build_temporal',
-           'translation_entities', 'entity_names', 'build_translation', 'task_dir', 'translation_corpus_dir',
-           'build_task', 'task_info', 'load_task_corpus', 'hub_offline', 'format_hub_rows', 'load_hub_task',
-           'load_task', 'build_tasks', 'task_summary', 'main']
+           'OPEN_CORPORA', 'TASKS', 'LOCAL_TASKS', 'MASK', 'DEV_FRACTION', 'SPLITS', 'CLOSED_READERS', 'CONTINENTS',
+           'GEO_TEMPLATES', 'QUESTION_TEMPLATE', 'COMMONSENSE_TEMPLATES', 'COMMONSENSE_CLOZE', 'GEO_CORPUS',
+           'WORDNET_CORPUS', 'TITLE_WORDS', 'TEMPORAL_RELATIONS', 'TRANSLATION_LANGS', 'TRANSLATION_TEMPLATE',
+           'TASKS_COMMAND', 'HUB_FORMATS', 'normalize_answer', 'Task', 'get_task', 'with_mask', 'make_query',
+           'subsample_indices', 'subsample', 'split_key', 'is_dev', 'dev_test', 'detokenize', 'read_mr', 'read_cr',
+           'read_bbc', 'read_amazon', 'fb_clean', 'fb_text', 'read_factbook', 'fb_name', 'geonames_countries',
+           'gec_to_iso', 'country_aliases', 'parse_capitals', 'parse_official_languages', 'parse_currency', 'geo_facts',
+           'read_wordnet_nouns', 'wordnet_facts', 'commonsense_facts', 'token_counts', 'answer_bucket', 'CorpusIndex',
+           'corpus_index', 'bm25_query', 'open_rows', 'build_open', 'is_caps', 'parse_office_holder', 'fact_changed',
+           'build_temporal', 'translation_entities', 'entity_names', 'build_translation', 'task_dir',
+           'translation_corpus_dir', 'build_task', 'task_info', 'load_task_corpus', 'hub_offline', 'format_hub_rows',
+           'load_hub_task', 'load_task', 'build_tasks', 'task_summary', 'main', 'split_sizes']
 
 # %% ../../nbs/05_tasks.ipynb #f915575c
 _PUNCT = str.maketrans('', '', string.punctuation)
@@ -150,6 +150,33 @@ def subsample(ds: datasets.Dataset, # the full set
         rows = np.flatnonzero(keys == v)
         idx += rows[subsample_indices(len(rows), k, seed)].tolist()
     return ds.select(sorted(idx))
+
+# %% ../../nbs/05_tasks.ipynb #0729795e
+import hashlib
+DEV_FRACTION = 0.3  # share of each task's evaluated examples held out as dev
+SPLITS = ('dev', 'test', 'evaluated', 'full')  # evaluated = dev + test (the subsample); full = every built row
+
+def split_key(row: dict) -> str:
+    "What an example's split hangs on: its `subject` if it has one, else its `text`, else its `query`."
+    for c in ('subject', 'text', 'query'):
+        if row.get(c) not in (None, ''): return str(row[c])
+    raise ValueError(f'an example needs a subject, text or query to be split: {sorted(row)}')
+
+def is_dev(keys, # one split key per example (`split_key`)
+           dev_fraction: float = DEV_FRACTION, seed: int = 0) -> np.ndarray:
+    "True where an example goes to dev: a seeded hash of its key alone, so it never depends on the other examples."
+    u = [int.from_bytes(hashlib.blake2b(f'{seed}\x1f{k}'.encode(), digest_size=8).digest(), 'big') / 2**64 for k in keys]
+    return np.asarray(u, dtype=float).reshape(-1) < dev_fraction
+
+def dev_test(ds: datasets.Dataset, # a task's evaluated examples
+             split: str, # 'dev' or 'test'
+             dev_fraction: float = DEV_FRACTION, seed: int = 0) -> datasets.Dataset:
+    "The rows of `ds` in `split`, in their order."
+    if split not in ('dev', 'test'): raise ValueError(f"split must be 'dev' or 'test', not {split!r}")
+    cols = [c for c in ('subject', 'text', 'query') if c in ds.column_names]
+    dev = is_dev([split_key(r) for r in ds.select_columns(cols)], dev_fraction, seed)
+    return ds.select(np.flatnonzero(dev if split == 'dev' else ~dev).tolist())
+
 
 # %% ../../nbs/05_tasks.ipynb #930019eb
 _DETOK = [(r" n't\b", "n't"), (r" '(s|re|ve|ll|d|m)\b", r"'\1"), (r" ([.,!?;:%)\]])", r"\1"), (r"([(\[$]) ", r"\1"),
@@ -710,13 +737,16 @@ def load_hub_task(name: str, # a Hub task: sst2, agn, yahoo, rte, subj, lama_tre
 
 # %% ../../nbs/05_tasks.ipynb #6a3fcfbc
 def load_task(name: str, # a task name (see TASKS)
-              split: str = 'test', # 'test' (the evaluated subsample) or 'full'
+              split: str = 'test', # 'test' (reported), 'dev' (for choosing settings), 'evaluated' (both) or 'full'
               **hub_kwargs) -> datasets.Dataset:
     "The rows of task `name`: built locally (built now if needed) or, for the paper's datasets, from the Hub."
     t = get_task(name)
-    if t.hub is not None: return load_hub_task(name, **hub_kwargs)
-    if split not in ('test', 'full'): raise ValueError(f"split must be 'test' or 'full', not {split!r}")
-    return datasets.load_from_disk(str(build_task(name)))[split]
+    if split not in SPLITS: raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
+    if t.hub is not None: ds = load_hub_task(name, **hub_kwargs)
+    else:
+        d = datasets.load_from_disk(str(build_task(name)))
+        ds = d['full' if split == 'full' else 'test']
+    return dev_test(ds, split) if split in ('dev', 'test') else ds
 
 def build_tasks(names=None, force: bool = False) -> dict:
     "Build every local task (or `names`); name → folder."
@@ -754,3 +784,16 @@ def main(argv=None):
 
 # %% ../../nbs/05_tasks.ipynb #c2981c8d
 if __name__ == '__main__' and '__file__' in globals(): main()  # `python -m`; a notebook's Run All (no __file__) skips it
+
+# %% ../../nbs/05_tasks.ipynb #b1dba336
+def split_sizes(names=None) -> pd.DataFrame:
+    "Dev and test examples of each built task (and the smallest test group: label, bucket, language, changed)."
+    rows = []
+    for n in (LOCAL_TASKS if names is None else names):
+        if not (task_dir(n)/'task.json').exists(): continue
+        kind = task_info(n)['kind']; d, t = load_task(n, 'dev'), load_task(n, 'test')
+        g = pd.Series(list(t[_GROUP[kind]])).value_counts()
+        rows.append(dict(task=n, kind=kind, dev=len(d), test=len(t), evaluated=len(d) + len(t),
+                         smallest_test_group=f'{_GROUP[kind]}={g.idxmin()}: {g.min()}'))
+    return pd.DataFrame(rows).set_index('task')
+

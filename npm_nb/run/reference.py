@@ -199,12 +199,13 @@ def subject_documents(subjects, # the evaluated subjects (e.g. a task's `subject
 
 def evaluated_texts(tasks, # closed-set task names
                     n: int | None = None, # examples per task, seeded as `npm_nb.npm.evaluation` draws them (None: all)
+                    split: str = 'test', # the tasks' split (`load_task`)
                    ) -> list:
     "The texts (and second sentences) of the examples a closed-set run scores on `tasks`."
     from npm_nb.npm.evaluation import task_rows
     out = []
     for t in ([tasks] if isinstance(tasks, str) else tasks):
-        df = task_rows(t, None, n)[1]
+        df = task_rows(t, load_task(t, split), n)[1]
         out += [x for c in ('text', 'text_b') if c in df.columns for x in df[c] if isinstance(x, str) and x.strip()]
     return out
 
@@ -220,12 +221,13 @@ def open_examples(tasks=OPEN_TASKS, # open-set task names
                   per_bucket: int | None = None, # at most this many test rows per bucket 1/2/3/4+ (None: all)
                   seed: int = 0,
                   same_facts: bool = True, # questions_geo asks the facts sampled for lama_geo (when both are asked for)
+                  split: str = 'test', # the tasks' split (`load_task`): dev or test
                  ) -> dict:
     "Task → DataFrame of the evaluated rows: a seeded per-bucket sample of each task's test split."
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     out = {}
     for t in sorted(tasks, key=lambda t: t != 'lama_geo'):   # lama_geo first: questions_geo may mirror it
-        df = load_task(t).to_pandas()
+        df = load_task(t, split).to_pandas()
         if same_facts and t == 'questions_geo' and 'lama_geo' in out:
             facts = set(zip(out['lama_geo'].relation, out['lama_geo'].subject))
             out[t] = df[[f in facts for f in zip(df.relation, df.subject)]].reset_index(drop=True)
@@ -235,9 +237,10 @@ def open_examples(tasks=OPEN_TASKS, # open-set task names
 def open_selection(names, # reference corpus names
                    tasks=OPEN_TASKS, per_bucket: int | None = None, seed: int = 0, # as `open_examples`
                    max_mentions: int = 3, # as `subject_documents`
+                   split: str = 'test', # as `open_examples`
                   ) -> tuple:
     "`(examples by task, subject → its document ids, the sorted ids to keep)` of an open-set evaluation."
-    ex = open_examples(tasks, per_bucket, seed)
+    ex = open_examples(tasks, per_bucket, seed, split=split)
     subj = subject_documents([s for d in ex.values() for s in d.subject], names, max_mentions)
     return ex, subj, sorted({i for v in subj.values() for i in v})
 
