@@ -12,7 +12,8 @@ the outputs fit for committing:
   ipywidgets outputs keep only their text fallback; a line redrawn with `\\r` keeps its last state; what still looks
   like a bar (`tqdm.auto` in a kernel draws a widget whatever TQDM_DISABLE says) is dropped;
 - none of this machine's paths: the repository root becomes a relative path, the home folder `~`, a temporary folder
-  `<tmp>`, the Python installation `<python>`;
+  `<tmp>` (with mkdtemp's random name), the Python installation `<python>` or `<site-packages>`, a cell's file in a
+  warning `<cell>`;
 - small: an image at most 150 KB, all chapters' outputs together at most 3 MiB; a chapter over a limit is not written
   and the message names the chapter and the cell;
 - seeded: the chapters seed their own random generators; the kernel adds `PYTHONHASHSEED=0` (the order of a set of
@@ -148,8 +149,12 @@ def path_rewrites(root: Path = ROOT) -> list[tuple[re.Pattern, str]]:
         # `./x` reads badly in a sentence: the root followed by a path becomes the relative path itself
         if new == '.': out.append((re.compile(r'(?<![\w./-])' + re.escape(old) + r'/(?=[\w.-])'), ''))
         out.append((re.compile(r'(?<![\w./-])' + re.escape(old) + r'(?![\w.-])'), new))
+    # any Python's packages (the kernel's may be another path to the same venv, or another venv)
+    out.append((re.compile(r'(?<![\w./-])/[^\s\'"]*?/lib/python3\.\d+/site-packages(?![\w.-])'), '<site-packages>'))
     tmp = re.escape(tempfile.gettempdir().rstrip('/'))
-    out.append((re.compile(r'(?<![\w./-])' + tmp + r'/tmp[\w]{8}(?![\w.-])'), '<tmp>'))  # mkdtemp's random names
+    out.append((re.compile(r'(?<![\w./-])' + tmp + r'/ipykernel_\d+/\d+\.py(?![\w.-])'), '<cell>'))  # a cell, in a warning
+    # mkdtemp's names: a prefix (`tmp` by default) and 8 random characters; `<tmp>` stands for the whole folder
+    out.append((re.compile(r'(?<![\w./-])' + tmp + r'/(?:tmp|[\w.-]*[_-])[a-z0-9_]{8}(?![\w.-])'), '<tmp>'))
     out.append((re.compile(r'(?<![\w./-])' + tmp + r'(?![\w.-])'), '<tmp>'))
     return out
 

