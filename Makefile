@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install chromium data model reproduce test sync-check smoke clean-data explorer explorer-screenshot bundle bundle-test docs
+.PHONY: install chromium data model reproduce test sync-check book smoke clean-data explorer explorer-screenshot bundle bundle-test docs
 
 # torch comes first, as the build named by TORCH_VARIANT: `cpu` (default; torch==2.13.0 from plain PyPI is the CUDA 13
 # build, over 3 GB with its CUDA packages), a CUDA build of the PyTorch index (`cu126`, `cu128`, ...), or `pypi`
@@ -87,7 +87,14 @@ docs: install
 	$(PY) docs/site/build.py _site
 
 test: data sync-check
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --durations=25 tests
+
+# The book: execute chapters of nbs/ (all, or CHAPTERS="07_masking 08_losses"), `#| slow` cells included, and write their
+# outputs into them with a hash of their code (tests/book.py). The author's command, run after changing a chapter's code;
+# `make test` never runs it: tests/test_book.py only checks, without executing, that every chapter's outputs are up to date.
+CHAPTERS ?=
+book: data
+	$(PY) tests/book.py $(CHAPTERS)
 
 # An offline bundle for GPU machines without a package index (npm_nb.run.bundle; docs/gpu.md, "Offline GPU machines"): wheels for
 # BUNDLE_PYTHON / BUNDLE_PLATFORM that such a machine lacks (resolved against its torch 2.11 / transformers 5.17 / numpy
