@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'set_threads', 'available_memory', 'order_topk', 'merge_topk',
-           'ExactSearch', 'bf16_error_bound', 'matmul_rate']
+__all__ = ['BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'CHUNK_ROWS', 'SAMPLE_STRIDE', 'GROUP', 'set_threads',
+           'available_memory', 'order_topk', 'merge_topk', 'ExactSearch', 'bf16_error_bound', 'matmul_rate']
 
 # %% ../../nbs/11_search.ipynb #bbd6e764
 def set_threads(threads: int = 0, # CPU threads for torch; 0: every core this process may run on
@@ -310,16 +310,20 @@ def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
         else:
             s = torch.empty((len(qb), k)); r = torch.empty((len(qb), k), dtype=torch.int64)
             bound = bf16_error_bound(self.d) * self._max_norm() * qb.norm(dim=1)   # c·|q|·max|x|, per query
-            todo = torch.arange(len(qb))
-            for attempt in range(2):
+            todo, tries = torch.arange(len(qb)), [K, 4 * K]
+            if self.X is not None and self.X.dtype == torch.bfloat16:   # resident bf16: the streamed shortlist (below)
+                st_, rt, ok = _bf16_certified(self, qb, k, K, bound)
+                s[ok], r[ok] = st_[ok], rt[ok]; st['certified'] += int(ok.sum()); todo, tries = todo[~ok], [4 * K]
+            for attempt, K in enumerate(tries):
+                if not len(todo): break
+                K = min(self.n, K)
                 v, rt = self._dense_top(qb[todo].bfloat16(), K)
                 st_, rt = order_topk(self._exact(qb[todo], rt), rt, k)       # exact fp32 scores, exact order
                 t = v.min(1).values.float() if K < self.n else torch.full((len(todo),), -math.inf)
                 ok = t + bound[todo] < st_[:, -1]
                 s[todo[ok]], r[todo[ok]] = st_[ok], rt[ok]
-                st['certified' if attempt == 0 else 'widened'] += int(ok.sum())
-                todo, K = todo[~ok], min(self.n, 4 * K)
-                if not len(todo): break
+                st['certified' if len(tries) == 2 and attempt == 0 else 'widened'] += int(ok.sum())
+                todo = todo[~ok]
             if len(todo):                                                   # still uncertain: fp32, exact
                 s[todo], r[todo] = order_topk(*self._dense_top(qb[todo], k), k); st['fp32'] += len(todo)
         st['queries'] += len(qb)
@@ -328,6 +332,86 @@ def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
     return np.concatenate(S), np.concatenate(R)
 
 ExactSearch._max_norm, ExactSearch._rows_of, ExactSearch._dense_top = _max_norm, _rows_of, _dense_top
+
+# %% ../../nbs/11_search.ipynb #014fbf53
+from concurrent.futures import ThreadPoolExecutor
+
+CHUNK_ROWS = 8192    # CPU bf16: store rows a product (its `[Q, 8192]` scores stay in the core's caches)
+SAMPLE_STRIDE = 16   # CPU bf16: every 16th stored row sets each query's first threshold
+GROUP = 32           # CPU bf16: a chunk's columns are screened in strided groups of 32, by their maximum
+_pools = {}
+
+def _above(s, # bf16 scores `[Q, C]` of store rows `offset...`
+           thr, # per query `[Q, 1]`, bf16
+           offset: int, # the chunk's first row
+          ):
+    "`_compact(s, s > thr, offset)` (up to the order within a query), fast: screened by column groups, compared as int16 bits."
+    Q, C = s.shape
+    if C % GROUP or not bool((thr > 0).all()): return _compact(s, s > thr, offset)
+    s3, t = s.view(torch.int16).view(Q, GROUP, C // GROUP), thr.view(torch.int16)
+    qi, j = (s3.amax(1) > t).nonzero(as_tuple=True)              # groups (columns j, j + C/32, ...) with a score above
+    v = s3[qi, :, j]                                              # their scores `[n, 32]`
+    p, i = (v > t[qi]).nonzero(as_tuple=True)
+    qi = qi[p]; cnt = torch.bincount(qi, minlength=Q); m = int(cnt.max()) if len(qi) else 0
+    cs = torch.full((Q, m), -math.inf, dtype=s.dtype); cr = torch.full((Q, m), -1, dtype=torch.int64)
+    at = qi * m + torch.arange(len(qi)) - (cnt.cumsum(0) - cnt)[qi]
+    cs.view(torch.int16).view(-1)[at] = v[p, i]; cr.view(-1)[at] = i * (C // GROUP) + j[p] + offset
+    return cs, cr, m
+
+def _stream_top(self, qb, # bf16 queries `[Q, h]`
+                thr, # bf16 thresholds `[Q, 1]`: rows scoring at most this are left out
+                a0: int, b0: int, # the store rows this worker searches
+                K: int, # when more than 4K gather for a query, keep its best K
+               ):
+    "One worker, one thread: bf16 products over rows `a0:b0` chunk by chunk, the rows above the thresholds, and the thresholds at the end."
+    torch.set_num_threads(1)
+    C = int(self.chunk) if self.chunk else CHUNK_ROWS
+    S, R, ps, pr, n = torch.empty((len(qb), 0), dtype=torch.bfloat16), torch.empty((len(qb), 0), dtype=torch.int64), [], [], 0
+    for a in range(a0, b0, C):
+        cs, cr, m = _above(qb @ self.X[a:min(b0, a + C)].T, thr, a)
+        if not m: continue
+        ps.append(cs); pr.append(cr); n += m
+        if n + S.shape[1] >= 4 * K:                                  # many above: the best K, and a higher threshold
+            s2, r2 = torch.cat([S] + ps, 1), torch.cat([R] + pr, 1)
+            S, j = torch.topk(s2, K, dim=1, sorted=False); R, ps, pr, n = r2.gather(1, j), [], [], 0
+            thr = torch.maximum(thr, S.min(1, keepdim=True).values)   # every row dropped scores at most thr
+    return torch.cat([S] + ps, 1), torch.cat([R] + pr, 1), thr
+
+def _bf16_shortlist(self, qb, # bf16 queries `[Q, h]`
+                    K: int):
+    "Per query the rows above a threshold (about the best `K`; padding: row -1) with their bf16 scores, and the threshold `t` `[Q]`: every other row scores at most `t`."
+    if getattr(self, '_sample', None) is None: self._sample = self.X[::SAMPLE_STRIDE].contiguous()
+    s0 = qb @ self._sample.T
+    thr = torch.topk(s0, max(1, min(s0.shape[1], -(-K // SAMPLE_STRIDE))), dim=1).values[:, -1:]
+    C = int(self.chunk) if self.chunk else CHUNK_ROWS
+    nt = torch.get_num_threads(); w = max(1, min(nt, self.n // C))
+    cuts = [self.n * i // w // C * C for i in range(w)] + [self.n]
+    try:
+        if w == 1: outs = [_stream_top(self, qb, thr, 0, self.n, K)]
+        else: outs = list(_pools.setdefault(w, ThreadPoolExecutor(w)).map(lambda i: _stream_top(self, qb, thr, cuts[i], cuts[i + 1], K), range(w)))
+    finally: torch.set_num_threads(nt)
+    t = torch.stack([o[2][:, 0] for o in outs], 1).max(1).values.float()
+    return torch.cat([o[0] for o in outs], 1).float(), torch.cat([o[1] for o in outs], 1), t
+
+def _bf16_certified(self, qb, # fp32 queries `[Q, h]`
+                    k: int, K: int,
+                    bound, # `c·|q|·max|x|` per query `[Q]`
+                   ):
+    "`(scores, rows, certified)`: the exact fp32 top-`k` of each query from the streamed bf16 shortlist, and whether its certificate holds."
+    S, R, t = _bf16_shortlist(self, qb.bfloat16(), K)
+    if S.shape[1] < k: return torch.zeros((len(qb), k)), torch.zeros((len(qb), k), dtype=torch.int64), torch.zeros(len(qb), dtype=torch.bool)
+    j1 = torch.topk(S, k, dim=1, sorted=False).indices; R1 = R.gather(1, j1)
+    e1 = self._exact(qb, R1); L = e1.min(1).values                # L <= the true k-th score
+    need = (S >= (L - bound)[:, None]) & (R >= 0); need.scatter_(1, j1, False)
+    qi, pos = need.nonzero(as_tuple=True); rows = R[qi, pos]
+    e2 = torch.bmm(self._gather(rows)[:, None, :], qb[qi][:, :, None]).view(-1) if len(rows) else torch.zeros(0)
+    cnt = torch.bincount(qi, minlength=len(qb)); m = int(cnt.max()) if len(qi) else 0
+    at = qi * m + torch.arange(len(qi)) - (cnt.cumsum(0) - cnt)[qi]
+    s2 = torch.full((len(qb), m), -math.inf); r2 = torch.full((len(qb), m), -1, dtype=torch.int64)
+    s2.view(-1)[at], r2.view(-1)[at] = e2, rows
+    s, r = order_topk(torch.cat([e1, s2], 1), torch.cat([R1, r2], 1), k)
+    return s, r, t + bound < L
+
 
 # %% ../../nbs/11_search.ipynb #8330461c
 def matmul_rate(device='cpu', # where to measure
