@@ -98,3 +98,16 @@ def test_20_leaders(tmp_path, monkeypatch, smoke_models):
     fixes = table(res, '20_leaders_fixes')
     assert set(fixes.setting) >= {'the task template, original documents (before)', 'verbalizer "... is named [MASK]."'}
     assert fixes.EM.between(0, 100).all()
+
+@needs_data
+def test_21_scoring(tmp_path, monkeypatch, smoke_models):
+    "The scoring grid on dev (the paper's setting first, paired differences against it), its figure, then test for two settings only."
+    res = run('21_scoring', tmp_path, monkeypatch, agg_sweep='sum,max', temperature_sweep='1,0.25', w_start_sweep='0.5,1.0')
+    dev = table(res, '21_scoring_dev')
+    assert len(dev) == 2 * 2 * 2 and tuple(dev.loc[0, ['agg', 'T', 'w_start']]) == ('sum', 1, 0.5)
+    assert dev.loc[0, 'vs paper (paired)'] == 0 and dev.criterion.between(0, 100).all()
+    assert (res/'figures'/'21_scoring_dev.png').exists()
+    meta = json.loads((res/'tables'/'21_scoring_dev.meta.json').read_text())
+    assert meta['scale']['split'] == 'dev' and 'Chosen by the criterion' in meta['reading']
+    test = table(res, '21_scoring_test')
+    assert 1 <= len(test) <= 2 and test.setting.iloc[0].startswith("paper's")

@@ -18,13 +18,14 @@ from .index import check_index
 from .search import ExactSearch
 
 # %% auto #0
-__all__ = ['MASK', 'SIDES', 'WH_WORDS', 'BM25_STEMMER', 'check_query', 'query_ids', 'encode_queries', 'similarity',
-           'search_device', 'exact_searcher', 'exact_search', 'rescore', 'neighbours', 'TokenTable', 'token_table',
-           'candidate_spans', 'span_probs', 'phrase_texts', 'aggregate_phrases', 'Prediction', 'snippet',
-           'predict_phrases', 'WordTable', 'word_table', 'token_string_table', 'token_strings', 'token_distribution',
-           'neighbour_word_ids', 'neighbour_words', 'label_mass', 'label_probs', 'bm25_query', 'block_texts',
-           'check_bm25', 'bm25_stemmer', 'BM25Retriever', 'block_rows', 'is_uncased', 'NPM', 'check_search_args',
-           'as_queries', 'check_verbalizers', 'check_inputs', 'drawable', 'block_span_probs', 'plot_span_evidence']
+__all__ = ['MASK', 'AGGREGATIONS', 'SIDES', 'WH_WORDS', 'BM25_STEMMER', 'check_query', 'query_ids', 'encode_queries',
+           'similarity', 'search_device', 'exact_searcher', 'exact_search', 'rescore', 'neighbours', 'TokenTable',
+           'token_table', 'candidate_spans', 'span_probs', 'phrase_texts', 'occurrence_scores', 'aggregate_phrases',
+           'Prediction', 'snippet', 'predict_phrases', 'WordTable', 'word_table', 'token_string_table', 'token_strings',
+           'token_distribution', 'neighbour_word_ids', 'neighbour_words', 'label_mass', 'label_probs', 'bm25_query',
+           'block_texts', 'check_bm25', 'bm25_stemmer', 'BM25Retriever', 'block_rows', 'is_uncased', 'NPM',
+           'check_search_args', 'as_queries', 'check_verbalizers', 'check_inputs', 'drawable', 'block_span_probs',
+           'plot_span_evidence']
 
 # %% ../../nbs/13_inference.ipynb #010f8067
 def check_query(text) -> str:
@@ -269,19 +270,31 @@ def _numbered(strings) -> tuple[np.ndarray, list, dict]:
     ids = np.fromiter((index.setdefault(s, len(index)) for s in strings), np.int64, len(strings))
     return ids, list(index), index
 
+AGGREGATIONS = ('sum', 'max')
+
+def occurrence_scores(ps, pe, # P_start of each span's first token, P_end of its last
+                      w_start: float = 0.5, # weight of the start probability (0.5: the paper's P_start + P_end)
+                     ) -> np.ndarray:
+    "2·(w·P_start + (1−w)·P_end): at w = 0.5 exactly the paper's `P_start + P_end`; w = 1 scores starts only."
+    ps, pe = np.asarray(ps, np.float64), np.asarray(pe, np.float64)
+    return ps + pe if w_start == 0.5 else 2 * (w_start * ps + (1 - w_start) * pe)
+
 def aggregate_phrases(strings: list, # one string per span occurrence
                       scores: np.ndarray, # one score per occurrence
                       lengths: np.ndarray, # tokens per occurrence
                       alpha: float = 0.0, # length bonus exponent: score × length^α
                       fold_case: bool = False, # identical strings up to case are one answer (uncased tokenizers)
+                      agg: str = 'sum', # 'sum' over a string's occurrences (the paper's) or 'max': its best occurrence
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "Per distinct string: `(best occurrence, final score, count)`, sorted by final score, best first."
     if not len(strings): return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
     inv = _numbered([s.lower() for s in strings] if fold_case else strings)[0]   # hashing, not sorting strings
     scores = np.asarray(scores, np.float64)
+    if agg not in AGGREGATIONS: raise ValueError(f"agg={agg!r}: use one of {AGGREGATIONS} (sum: the paper's)")
     total, count = np.bincount(inv, weights=scores), np.bincount(inv)
     o = np.lexsort((-scores, inv))                       # by string, best occurrence first
     best = o[np.flatnonzero(np.r_[True, inv[o][1:] != inv[o][:-1]])]
+    if agg == 'max': total = scores[best]
     final = total * np.asarray(lengths, np.float64)[best] ** alpha
     r = np.argsort(-final, kind='stable')                # equal scores: the string seen first first
     return best[r], final[r], count[r]
@@ -324,6 +337,8 @@ def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vector
                     topn: int = 5, l_max: int = 10, temperature: float = 1.0, alpha: float = 0.0,
                     fold_case: bool = False, # one answer per string up to case (uncased tokenizers)
                     device=None, # where similarities are computed (see `search_device`)
+                    agg: str = 'sum', # a string's score: 'sum' over its occurrences (the paper's) or 'max' (its best one)
+                    w_start: float = 0.5, # weight of P_start in an occurrence's score (0.5: the paper's P_start + P_end)
                    ) -> list[Prediction]:
     "The top-n phrases for one query from its start and end neighbours (App. A.1)."
     tt = token_table(ds)
@@ -333,7 +348,8 @@ def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vector
     f, l = candidate_spans(tt, tt.token[start_rows], tt.token[end_rows], l_max)
     if not len(f): return []
     ps, pe = span_probs(ds, tt, q_start, q_end, f, l, start_scores, end_scores, temperature, device)
-    best, final, count = aggregate_phrases(phrase_texts(ds, tt, f, l), ps + pe, l - f + 1, alpha, fold_case)
+    best, final, count = aggregate_phrases(phrase_texts(ds, tt, f, l), occurrence_scores(ps, pe, w_start), l - f + 1, alpha,
+                                           fold_case, agg)
     return [_prediction(ds, tt, f[i], l[i], s, c) for i, s, c in zip(best[:topn], final[:topn], count[:topn])]
 
 # %% ../../nbs/13_inference.ipynb #8a06da91
@@ -645,7 +661,7 @@ class NPM:
 # %% ../../nbs/13_inference.ipynb #ce68fc9f
 def _is_int(v): return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
-def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=None, restrict_k=None):
+def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=None, restrict_k=None, agg=None, w_start=None):
     "Raise a clear error naming the fix for a search parameter that makes no sense (`None` is not checked)."
     for name, v, lo, eg in (('k', k, 1, 'k=4096 (more than the store holds is fine)'), ('topn', topn, 0, 'topn=5'),
                             ('restrict_k', restrict_k, 0, 'restrict_k=3')):
@@ -655,6 +671,9 @@ def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=Non
         if v is not None: check_setting(name, v)
     if alpha is not None and not (isinstance(alpha, (int, float, np.number)) and math.isfinite(alpha)):
         raise ValueError(f"alpha={alpha!r}: use a finite number (0 = no length bonus)")
+    if agg is not None and agg not in AGGREGATIONS: raise ValueError(f"agg={agg!r}: use one of {AGGREGATIONS} (sum: the paper's)")
+    if w_start is not None and not (isinstance(w_start, (int, float, np.number)) and 0 <= w_start <= 1):
+        raise ValueError(f"w_start={w_start!r}: use a number in [0, 1] (0.5: the paper's P_start + P_end)")
 
 def as_queries(texts) -> list:
     "`texts` as a list of queries; a clear error for one str (or bytes, or None) where a list is expected."
@@ -699,14 +718,17 @@ def _predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
                    restrict_k: int = 3, # blocks kept by BM25
                    question: bool | None = None, # BM25 query text: question (up to '?') or cloze (see `bm25_query`)
                    batch_size: int = 32,
+                   agg: str = 'sum', # a string's score: 'sum' over its occurrences (the paper's) or 'max'
+                   w_start: float = 0.5, # weight of P_start (0.5: the paper's P_start + P_end; 1: starts only)
                   ) -> list[list[Prediction]]:
     "Top-n phrases with provenance for each query."
     if self.mode != 'npm': raise ValueError("phrase prediction needs mode='npm'; for NPM-single use predict_single")
-    texts = as_queries(texts); check_search_args(k, topn, l_max, temperature, alpha, restrict_k)
+    texts = as_queries(texts); check_search_args(k, topn, l_max, temperature, alpha, restrict_k, agg, w_start)
     check_inputs(self, ds, index, bm25)
     if not texts: return []
     qs, qe = self.encode_queries(texts, batch_size)
-    kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case, device=self.device)
+    kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case, device=self.device,
+              agg=agg, w_start=w_start)
     if bm25 is None:  # one pass over the store for all start and end queries
         sc, rw = neighbours(ds, np.concatenate([qs, qe]), k, index, device=self.device)
         (s_s, s_r), (e_s, e_r) = (sc[:len(qs)], rw[:len(qs)]), (sc[len(qs):], rw[len(qs):])
