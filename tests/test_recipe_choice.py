@@ -95,3 +95,31 @@ def test_choose_recipe():
     two = {'big': hits['big'], 'small': hits['small'], 'smaller': hits['small']}
     assert choose_recipe(two, st, {'big': 10, 'small': 5, 'smaller': 3})[0] == 'smaller'        # the cheapest of those within
     with pytest.raises(ValueError, match='budget'): choose_recipe(hits, st, {'big': 10, 'small': 5, 'bad': 1}, max_minutes=0.5)
+
+def test_sweep_recipes_are_01_train_runs():
+    "At the sweep profile's parameters, mlm1k and B1k are the cpu profile's 01_train MLM and NPM, field for field (so they are reused)."
+    import yaml
+    from npm_nb.core import project_root
+    from npm_nb.npm.training import checkpoint_dir
+    root = project_root()
+    def cells(name): return json.loads((root/'nbs'/'experiments'/f'{name}.ipynb').read_text())['cells']
+    def params(profile, nb):
+        out = {}
+        for p in ['base', profile]:
+            y = yaml.safe_load((root/'params'/f'{p}.yaml').read_text())
+            if y.get('extends'): out.update(params(y['extends'], nb))
+            out.update(y.get('params') or {}); out.update(((y.get('notebooks') or {}).get(nb) or {}).get('params') or {})
+        return out
+    def run_cells(name, ids, profile):
+        g = {}
+        code = [c for c in cells(name) if c['cell_type'] == 'code']
+        exec(''.join(code[0]['source']), g)                                 # the parameters cell
+        g.update({k: v for k, v in params(profile, name).items() if k in g}, profile=profile, device='cpu')
+        for c in code[1:1 + ids]: exec(''.join(c['source']).replace('display(', 'print('), g)
+        return g
+    t = run_cells('01_train', 1, 'cpu')           # its parameters and TrainConfigs
+    s = run_cells('22_recipe_sweep', 2, 'sweep')  # its parameters, imports and recipes
+    assert training_fields(s['config_of']('mlm1k')) == training_fields(t['cfgs']['mlm'])
+    b1k = s['config_of']('B1k', checkpoint_dir('cpu', 'mlm')/'final')
+    assert training_fields(b1k) == training_fields(t['cfgs']['npm'])
+    assert training_fields(s['config_of']('C1k')) != training_fields(t['cfgs']['npm'])   # from MiniLM: another run
