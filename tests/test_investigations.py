@@ -111,3 +111,30 @@ def test_21_scoring(tmp_path, monkeypatch, smoke_models):
     assert meta['scale']['split'] == 'dev' and 'Chosen by the criterion' in meta['reading']
     test = table(res, '21_scoring_test')
     assert 1 <= len(test) <= 2 and test.setting.iloc[0].startswith("paper's")
+
+@needs_data
+def test_22_recipe_sweep(tmp_path, monkeypatch):
+    "The sweep at one step a recipe: rows kept per recipe, an incomplete grid stops before test, a later run reads the rows and reads test."
+    from dataclasses import fields
+    from npm_nb.npm.training import TrainConfig
+    (tmp_path/'a').mkdir(); (tmp_path/'b').mkdir()
+    res = run('22_recipe_sweep', tmp_path/'a', monkeypatch, recipes='C1k,B1k,X8', compute='C1k,X8', steps_scale=0.001)
+    rows = res/'sweep'/'smoke'
+    dev = table(res, '22_recipe_sweep_dev')
+    has_x8 = 'extra_blocks' in {f.name for f in fields(TrainConfig)}
+    assert list(dev.recipe) == ['C1k'] + ['X8'] * has_x8 and dev.criterion.between(0, 100).all() and (dev['train minutes'] > 0).all()
+    reading = json.loads((res/'tables'/'22_recipe_sweep_dev.meta.json').read_text())['reading']
+    assert 'Incomplete' in reading and 'B1k' in reading and (has_x8 or 'has no field extra_blocks' in reading)
+    assert not (res/'tables'/'22_recipe_sweep_test.csv').exists()               # incomplete: no test
+    c1k = json.loads((rows/'C1k.json').read_text())
+    assert c1k['key']['split'] == 'dev' and c1k['train_config']['steps'] == 1 and sum(c1k['n'].values()) == len(''.join(e['hit'] for e in c1k['examples'].values()))
+    stamp = (rows/'C1k.json').stat().st_mtime_ns
+    # the same rows folder, the grid without X8: C1k's row is read (not evaluated again), B1k is trained and evaluated, then test
+    res2 = run('22_recipe_sweep', tmp_path/'b', monkeypatch, recipes='C1k,B1k', steps_scale=0.001, rows_dir=str(rows))
+    assert (rows/'C1k.json').stat().st_mtime_ns == stamp and (rows/'B1k.json').exists()
+    dev2 = table(res2, '22_recipe_sweep_dev').set_index('recipe')
+    assert list(dev2.index) == ['C1k', 'B1k'] and dev2.loc['B1k', 'vs B1k (paired)'] == 0
+    assert dev2.loc['B1k', 'train minutes'] > json.loads((rows/'B1k.json').read_text())['minutes']['own_wall']   # its MLM's minutes included
+    assert (res2/'figures'/'22_recipe_sweep_dev.png').exists()
+    test = table(res2, '22_recipe_sweep_test')
+    assert 1 <= len(test) <= 2 and test.recipe.iloc[0].startswith('the cpu profile: B1k') and test.criterion.between(0, 100).all()

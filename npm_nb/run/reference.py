@@ -19,9 +19,12 @@ from ..npm.datastore import Datastore, store_fingerprint
 from ..npm.inference import NPM, BM25Retriever
 
 # %% auto #0
-__all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'trained_path', 'load_row_model', 'store_key', 'drop_matches', 'reference_corpus',
-           'subject_documents', 'evaluated_texts', 'open_examples', 'open_selection', 'plain_blocks', 'store_path',
-           'reference_datastore', 'reference_bm25']
+__all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'PAPER_SCORING', 'TEMPORAL', 'RUN_ONLY_FIELDS', 'trained_path', 'load_row_model',
+           'store_key', 'drop_matches', 'reference_corpus', 'subject_documents', 'evaluated_texts', 'open_examples',
+           'open_selection', 'plain_blocks', 'store_path', 'reference_datastore', 'reference_bm25', 'setting_answers',
+           'keep_sections', 'open_set_answers', 'temporal_answers', 'setting_hits', 'dev_evaluation', 'stratum_weights',
+           'criterion', 'paired_difference', 'task_scores', 'training_fields', 'finished_run', 'training_minutes',
+           'choose_recipe']
 
 # %% ../../nbs/20_reference.ipynb #2c213e56
 MODEL_ROWS = {'npm': 'NPM (ours, trained)', 'single': 'NPM-single (ours, trained)',
@@ -305,3 +308,211 @@ def reference_bm25(ds: Datastore) -> BM25Retriever:
         shutil.rmtree(tmp, ignore_errors=True); bm.save(tmp); (tmp/'done').write_text('ok')
         shutil.rmtree(p, ignore_errors=True); os.replace(tmp, p)
     return bm
+
+# %% ../../nbs/20_reference.ipynb #devcrit1
+from ..npm.inference import (bm25_query, block_rows, similarity, token_table, candidate_spans, span_probs, phrase_texts,
+                                  occurrence_scores, aggregate_phrases, check_search_args)
+from ..npm.evaluation import exact_match
+
+PAPER_SCORING = ('sum', 1.0, 0.5)  # (agg, temperature, w_start): the paper's phrase score, P_start + P_end summed over occurrences
+TEMPORAL = 'temporal unchanged'  # the temporal task's stratum name
+
+def setting_answers(npm: NPM, ds: Datastore, bm25, # the model, its store and a BM25 index of the store
+                    queries, questions, # the queries, and per query its form (True: a question; None: as the task says)
+                    settings=(PAPER_SCORING,), # scoring settings (agg, temperature, w_start)
+                    restrict_k: int = 3, l_max: int = 10, batch_size: int = 32) -> list:
+    "Per query, the top answer string of every setting ('' where no span is found), from one search of its BM25 blocks."
+    settings = [tuple(s) for s in settings]
+    for a, T, w in settings: check_search_args(agg=a, temperature=T, w_start=w)
+    temps = sorted({s[1] for s in settings}); tt = token_table(ds); out = []
+    qs, qe = npm.encode_queries(list(queries), batch_size)
+    for i, (q, f_q) in enumerate(zip(queries, questions)):
+        r = np.sort(block_rows(ds, bm25.retrieve(bm25_query(q, f_q), restrict_k)))
+        if not len(r): out.append({s: '' for s in settings}); continue
+        sims = similarity(np.stack([qs[i], qe[i]]), ds.vectors[r])
+        f, l = candidate_spans(tt, tt.token[r], tt.token[r], l_max)
+        if not len(f): out.append({s: '' for s in settings}); continue
+        texts, lengths = phrase_texts(ds, tt, f, l), l - f + 1
+        probs = {T: span_probs(ds, tt, qs[i], qe[i], f, l, sims[0], sims[1], T, npm.device) for T in temps}
+        out.append({(a, T, w): texts[aggregate_phrases(texts, occurrence_scores(*probs[T], w), lengths, 0.0, npm.fold_case, a)[0][0]]
+                    for a, T, w in settings})
+    return out
+
+def keep_sections(text: str, keep: set) -> str:
+    "A Factbook document restricted to the sections named in `keep` (a section starts at a line without ':'; empty: all)."
+    if not keep: return text
+    out, on = [], False
+    for line in text.split('\n'):
+        if line and ':' not in line: on = line.strip() in keep
+        if on: out.append(line)
+    return '\n'.join(out)
+
+# %% ../../nbs/20_reference.ipynb #devcrit2
+def open_set_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER_SCORING,),
+                     corpora=('factbook2025', 'wikipedia', 'wordnet'), # reference corpora of the store
+                     tasks=OPEN_TASKS, per_bucket: int = 4, # examples per task and bucket, seeded
+                     max_tokens: int = 10_000, # store cap in tokens besides the subjects' documents (0: all)
+                     max_mentions: int = 3, seed: int = 0, restrict_k: int = 3, l_max: int = 10, batch_size: int = 32,
+                     encode_amp: str = 'none') -> tuple:
+    "`(store, bm25, {task: (examples, answers)})`: the open-set tasks as `05_open_set` evaluates them (its store cache)."
+    names, tasks = list(corpora.split(',') if isinstance(corpora, str) else corpora), list(tasks.split(',') if isinstance(tasks, str) else tasks)
+    examples, _, keep = open_selection(names, tasks, per_bucket, seed, max_mentions, split=split)
+    ds = reference_datastore(npm, 'npm', names, profile, max_tokens or None, remove_stopwords=True, seed=seed,
+                             batch_size=batch_size, progress=False, keep=keep, amp=encode_amp)
+    bm = reference_bm25(ds); out = {}
+    for t, d in examples.items():
+        qf = d['is_question'].astype(bool).tolist() if 'is_question' in d.columns else [None] * len(d)
+        out[t] = (d, setting_answers(npm, ds, bm, d['query'].tolist(), qf, settings, restrict_k, l_max, batch_size))
+    return ds, bm, out
+
+def temporal_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER_SCORING,),
+                     n_countries: int = 6, # countries of the split, seeded (0: all)
+                     sections: str = 'Introduction,Government', # Factbook sections kept in each document
+                     seed: int = 0, restrict_k: int = 3, l_max: int = 10, max_len: int = 256, batch_size: int = 32,
+                     encode_amp: str = 'none', own_suffix: str = '-21scoring', # the store's name when 06_temporal's holds other countries
+                    ) -> tuple:
+    "`(facts, answers)`: the temporal task's unchanged facts against the 2025 Factbook (as `06_temporal`; its store cache)."
+    keep_s = {s.strip() for s in sections.split(',') if s.strip()}
+    fb = load_corpus('factbook2025')
+    gec = {r.split('/')[1]: i for i, r in enumerate(fb['id'])}
+    title_gec = {t: i.split('/')[1] for t, i in zip(fb['title'], fb['id'])}
+    task = load_task('temporal_factbook', split).to_pandas()
+    task['gec'] = task.subject.map(title_gec)
+    fb15 = {r.split('/')[1] for r in load_corpus('factbook2015')['id']}
+    task = task[task.gec.isin(gec) & task.gec.isin(fb15)].reset_index(drop=True)
+    countries = sorted(task.gec.unique())
+    if n_countries and n_countries < len(countries):
+        countries = sorted(np.random.default_rng(seed).choice(countries, n_countries, replace=False).tolist())
+    task = task[task.gec.isin(countries) & ~task.changed].reset_index(drop=True)
+    docs = (fb.select(sorted(gec[g] for g in countries)).select_columns(['id', 'title', 'text', 'source'])
+              .map(lambda r: {'text': keep_sections(r['text'], keep_s)}))
+    sel = (f"factbook2025-{len(countries) if n_countries else 'all'}c-s{seed}{'' if split == 'test' else '-' + split}-"
+           f"{'+'.join(sorted(keep_s)).replace(' ', '_') or 'whole'}-L{max_len}-nostop" + ('' if encode_amp == 'none' else f'-{encode_amp}'))
+    path = data_dir('cache', 'datastores', profile, f'npm-{encoder_fingerprint(npm.encoder)[:8]}', sel)
+    build = lambda p: Datastore.build(docs, npm.encoder, npm.tok, p, max_len=max_len, batch_size=batch_size, remove_stopwords=True,
+                                      device=npm.device, source='factbook2025', progress=False, amp=encode_amp)
+    try: ds = build(path)
+    except ValueError as e:   # that name holds another country sample (06_temporal samples its own): a store of our own
+        if 'corpus mismatch' not in str(e): raise
+        ds = build(path.with_name(path.name + own_suffix))
+    return task, setting_answers(npm, ds, reference_bm25(ds), task['query'].tolist(), [None] * len(task), settings, restrict_k, l_max, batch_size)
+
+# %% ../../nbs/20_reference.ipynb #devcrit3
+def setting_hits(answers: list, golds, settings) -> dict:
+    "Per setting, each example's EM in % (0 or 100)."
+    return {s: 100 * np.array([bool(a[s]) and exact_match(a[s], g) for a, g in zip(answers, golds)], dtype=float) for s in settings}
+
+def dev_evaluation(npm, # an `NPM`, or the path of a checkpoint (loaded in NPM mode)
+                   profile: str, split: str = 'dev', settings=(PAPER_SCORING,), device: str | None = None,
+                   per_bucket: int = 4, n_countries: int = 6, # examples: per open-set task and bucket; temporal countries
+                   **kw, # the settings of `open_set_answers` and `temporal_answers` (max_tokens, sections, restrict_k, l_max ...)
+                  ) -> dict:
+    "The criterion's evaluation of one NPM: per setting the per-example hits (%), their strata (task, bucket), example counts."
+    if not isinstance(npm, NPM): npm = NPM.from_pretrained(str(npm), mode='npm', device=device or default_device())
+    settings = [tuple(s) for s in settings]
+    open_kw = {k: kw[k] for k in ('corpora', 'tasks', 'max_tokens', 'max_mentions', 'seed', 'restrict_k', 'l_max', 'batch_size', 'encode_amp') if k in kw}
+    temp_kw = {k: kw[k] for k in ('sections', 'seed', 'restrict_k', 'l_max', 'max_len', 'batch_size', 'encode_amp', 'own_suffix') if k in kw}
+    if (bad := set(kw) - set(open_kw) - set(temp_kw)): raise TypeError(f'dev_evaluation: unknown settings {sorted(bad)}')
+    ds, bm, open_res = open_set_answers(npm, profile, split, settings, per_bucket=per_bucket, **open_kw)
+    facts, temp_ans = temporal_answers(npm, profile, split, settings, n_countries=n_countries, **temp_kw)
+    strata, parts = [], {s: [] for s in settings}
+    for t, (d, ans) in open_res.items():
+        strata += [(t, int(b)) for b in d.bucket.clip(upper=4)]
+        for s, h in setting_hits(ans, d['answers'], settings).items(): parts[s].append(h)
+    strata += [(TEMPORAL, 0)] * len(facts)
+    for s, h in setting_hits(temp_ans, facts['answers_new'], settings).items(): parts[s].append(h)
+    return {'hits': {s: np.concatenate(v) for s, v in parts.items()}, 'strata': strata,
+            'n': {t: len(d) for t, (d, _) in open_res.items()} | {TEMPORAL: len(facts)},
+            'open': open_res, 'temporal': (facts, temp_ans), 'store': ds, 'bm25': bm, 'model': npm}
+
+# %% ../../nbs/20_reference.ipynb #devcrit5
+def stratum_weights(strata) -> dict:
+    "Weight of each stratum (task, bucket) in the criterion: tasks equal, buckets equal within a task."
+    by_task = {}
+    for t, b in strata: by_task.setdefault(t, set()).add(b)
+    return {(t, b): 1 / (len(by_task) * len(bs)) for t, bs in by_task.items() for b in sorted(bs)}
+
+def criterion(hits, # per example: its EM in %
+              strata, # per example: its (task, bucket)
+             ) -> tuple:
+    "`(criterion, SE)`: the mean over tasks of each task's mean over its buckets, SE stratified by (task, bucket)."
+    x = np.asarray(hits, dtype=float); keys = [tuple(k) for k in strata]
+    if len(x) != len(keys): raise ValueError(f'{len(x)} hits for {len(keys)} strata')
+    idx = {}
+    for i, k in enumerate(keys): idx.setdefault(k, []).append(i)
+    m, v = 0.0, 0.0
+    for g, w in stratum_weights(keys).items():
+        xg = x[idx[g]]
+        m += w * xg.mean(); v += w ** 2 * (xg.var(ddof=1) / len(xg) if len(xg) > 1 else 0.0)
+    return float(m), float(np.sqrt(v))
+
+def paired_difference(hits, base, strata) -> tuple:
+    "`(criterion(hits) - criterion(base), its SE)` over the same examples, paired example by example."
+    return criterion(np.asarray(hits, dtype=float) - np.asarray(base, dtype=float), strata)
+
+def task_scores(hits, strata) -> dict:
+    "Each task's macro EM (mean over its buckets), in the order the tasks first appear."
+    x, keys, out = np.asarray(hits, dtype=float), [tuple(k) for k in strata], {}
+    for t in dict.fromkeys(k[0] for k in keys):
+        out[t] = float(np.mean([x[[i for i, k in enumerate(keys) if k == (t, b)]].mean() for b in sorted({k[1] for k in keys if k[0] == t})]))
+    return out
+
+# %% ../../nbs/20_reference.ipynb #recipe01
+import dataclasses, glob as _glob
+from ..npm.training import TrainConfig
+
+RUN_ONLY_FIELDS = ('profile', 'out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'workers')  # do not change the weights
+
+def training_fields(cfg) -> dict:
+    "The fields of a `TrainConfig` (or of its `train_config.json` dict) that decide the trained weights, in a comparable form."
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    d = {**defaults, **(dict(cfg) if isinstance(cfg, dict) else dataclasses.asdict(cfg))}
+    d = {k: v for k, v in d.items() if k not in RUN_ONLY_FIELDS}
+    d['corpora'] = list([d['corpora']] if isinstance(d['corpora'], str) else d['corpora'])
+    d['max_blocks'] = d.get('max_blocks') or None   # 0 and None: every block
+    if isinstance(d.get('model'), str) and Path(d['model']).is_dir(): d['model'] = str(Path(d['model']).resolve())
+    return d
+
+def finished_run(cfg, # the recipe's TrainConfig
+                 places, # run folders or glob patterns of run folders (each may hold `final/`)
+                ) -> Path | None:
+    "The first finished run under `places` trained with `cfg`'s training fields: its `final` checkpoint, or None."
+    want = training_fields(cfg)
+    for place in places:
+        for out in sorted(_glob.glob(str(place))):
+            f = Path(out)/'final'/'train_config.json'
+            if f.exists() and (Path(out)/'final'/'config.json').exists() and training_fields(read_json(f)) == want:
+                return Path(out)/'final'
+    return None
+
+def training_minutes(out_dir) -> float:
+    "Wall-clock minutes of a run's training loop, from its metrics.jsonl (NaN when there is none)."
+    p = Path(out_dir)/'metrics.jsonl'
+    if not p.exists(): return float('nan')
+    rows = {}
+    for line in p.read_text().splitlines():
+        if line.strip(): r = json.loads(line); rows[r['step']] = r   # a resumed run logs its repeated steps again: the last counts
+    secs, prev = 0.0, 0
+    for s in sorted(rows):
+        r = rows[s]; secs += (r['tokens'] - prev) / max(r['tokens_per_s'], 1e-9); prev = r['tokens']
+    return secs / 60 if rows else float('nan')
+
+# %% ../../nbs/20_reference.ipynb #recipe02
+def choose_recipe(hits: dict, # recipe -> per-example hits (%), all on the same examples
+                  strata, # per example: (task, bucket)
+                  minutes: dict, # recipe -> training minutes (its cost)
+                  max_minutes: float | None = None, # the budget: recipes over it are not chosen (None: no budget)
+                 ) -> tuple:
+    "`(chosen recipe, table)`: the best criterion, or the cheapest recipe within one paired SE of it; the table says why."
+    rows = []
+    for r, h in hits.items():
+        m, se = criterion(h, strata); mins = minutes.get(r, float('nan'))
+        ok = max_minutes is None or (mins == mins and mins <= max_minutes)
+        rows.append({'recipe': r, 'criterion': m, '± SE': se, 'minutes': mins, 'within budget': ok})
+    t = pd.DataFrame(rows).set_index('recipe')
+    if not t['within budget'].any(): raise ValueError(f'no recipe within the budget of {max_minutes} training minutes')
+    best = t[t['within budget']].criterion.idxmax()
+    t['vs best (paired)'], t['± SE vs best'] = zip(*[paired_difference(hits[r], hits[best], strata) for r in t.index])
+    t['within 1 SE of best'] = -t['vs best (paired)'] <= t['± SE vs best']
+    cheaper = t[t['within budget'] & t['within 1 SE of best'] & (t.minutes < t.minutes[best])]
+    return (cheaper.minutes.idxmin() if len(cheaper) else best), t
