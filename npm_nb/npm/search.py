@@ -306,7 +306,11 @@ def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
         if self.precision == 'bf16' and K * BF16_MAX_SHORTLIST > self.n and self.X is not None and getattr(self, '_X32', None) is None:
             free = (available_memory('cpu') or 0) // 2   # a long shortlist: the fp32 product is faster; keep an fp32 copy if it fits
             if 4 * self.n * self.d <= free: self._X32 = _tensor(np.asarray(self.vectors)).float()
-        if self.precision == 'fp32' or K * BF16_MAX_SHORTLIST > self.n:
+        if self.precision == 'fp32' and self.X is not None and self.X.dtype == torch.float32 and K * BF16_MAX_SHORTLIST <= self.n:
+            s, r, ok = _fp32_streamed(self, qb, k, K)                      # resident fp32: streamed per core as bf16 below
+            st['certified'] += int(ok.sum()); todo = (~ok).nonzero()[:, 0]
+            if len(todo): s[todo], r[todo] = order_topk(*self._dense_top(qb[todo], k), k); st['fp32'] += len(todo)
+        elif self.precision == 'fp32' or K * BF16_MAX_SHORTLIST > self.n:
             s, r = order_topk(*self._dense_top(qb, k), k)
         else:
             s = torch.empty((len(qb), k)); r = torch.empty((len(qb), k), dtype=torch.int64)
@@ -345,21 +349,21 @@ SAMPLE_STRIDE = 16   # CPU bf16: every 16th stored row sets each query's first t
 GROUP = 32           # CPU bf16: a chunk's columns are screened in strided groups of 32, by their maximum
 _pools = {}
 
-def _above(s, # bf16 scores `[Q, C]` of store rows `offset...`
-           thr, # per query `[Q, 1]`, bf16
+def _above(s, # bf16 (or fp32) scores `[Q, C]` of store rows `offset...`
+           thr, # per query `[Q, 1]`, same dtype
            offset: int, # the chunk's first row
           ):
-    "`_compact(s, s > thr, offset)` (up to the order within a query), fast: screened by column groups, compared as int16 bits."
-    Q, C = s.shape
-    if C % GROUP or not bool((thr > 0).all()): return _compact(s, s > thr, offset)
-    s3, t = s.view(torch.int16).view(Q, GROUP, C // GROUP), thr.view(torch.int16)
+    "`_compact(s, s > thr, offset)` (up to the order within a query), fast: screened by column groups, compared as int16 (int32) bits."
+    Q, C = s.shape; it = {torch.bfloat16: torch.int16, torch.float32: torch.int32}.get(s.dtype)
+    if it is None or C % GROUP or not bool((thr > 0).all()): return _compact(s, s > thr, offset)
+    s3, t = s.view(it).view(Q, GROUP, C // GROUP), thr.view(it)
     qi, j = (s3.amax(1) > t).nonzero(as_tuple=True)              # groups (columns j, j + C/32, ...) with a score above
     v = s3[qi, :, j]                                              # their scores `[n, 32]`
     p, i = (v > t[qi]).nonzero(as_tuple=True)
     qi = qi[p]; cnt = torch.bincount(qi, minlength=Q); m = int(cnt.max()) if len(qi) else 0
     cs = torch.full((Q, m), -math.inf, dtype=s.dtype); cr = torch.full((Q, m), -1, dtype=torch.int64)
     at = qi * m + torch.arange(len(qi)) - (cnt.cumsum(0) - cnt)[qi]
-    cs.view(torch.int16).view(-1)[at] = v[p, i]; cr.view(-1)[at] = i * (C // GROUP) + j[p] + offset
+    cs.view(it).view(-1)[at] = v[p, i]; cr.view(-1)[at] = i * (C // GROUP) + j[p] + offset
     return cs, cr, m
 
 def _on_cores(fn, # called as `fn(i)` for `i` in `range(w)`, in a thread with torch at one thread
@@ -372,7 +376,7 @@ def _on_cores(fn, # called as `fn(i)` for `i` in `range(w)`, in a thread with to
     try: return [fn(0)] if w == 1 else list(_pools.setdefault(w, ThreadPoolExecutor(w)).map(one, range(w)))
     finally: torch.set_num_threads(nt)
 
-def _stream_top(self, qb, # bf16 queries `[Q, h]`
+def _stream_top(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 resident copy)
                 thr, # bf16 thresholds `[Q, 1]`: rows scoring at most this are left out
                 a0: int, b0: int, # the store rows this worker searches
                 K: int | None, # when more than 4K gather for a query, keep its best K (None: keep all)
@@ -381,7 +385,7 @@ def _stream_top(self, qb, # bf16 queries `[Q, h]`
                ):
     "One worker: bf16 products over rows `a0:b0` chunk by chunk, the rows above the thresholds, and the thresholds at the end."
     C = int(self.chunk) if self.chunk else CHUNK_ROWS
-    S, R, ps, pr, n = torch.empty((len(qb), 0), dtype=torch.bfloat16), torch.empty((len(qb), 0), dtype=torch.int64), [], [], 0
+    S, R, ps, pr, n = torch.empty((len(qb), 0), dtype=qb.dtype), torch.empty((len(qb), 0), dtype=torch.int64), [], [], 0
     for a in range(a0, b0, C):
         cs, cr, m = _above(qb @ self.X[a:min(b0, a + C)].T, thr, a)
         if not m: continue
@@ -396,7 +400,7 @@ def _stream_top(self, qb, # bf16 queries `[Q, h]`
             S, R, ps, pr, n = s2.gather(1, c).masked_fill(~ok, -math.inf), r2.gather(1, c).masked_fill(~ok, -1), [], [], 0
     return torch.cat([S] + ps, 1), torch.cat([R] + pr, 1), thr
 
-def _bf16_shortlist(self, qb, # bf16 queries `[Q, h]`
+def _bf16_shortlist(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 resident copy: the same in fp32)
                     K: int, # about this many rows a query (the first threshold: the sample's ⌈K/16⌉-th score)
                     thr=None, # or given thresholds `[Q, 1]` (bf16): every row above them, none dropped
                     k: int = 1, gap=None, # thresholds stay below the k-th best bf16 score less `gap` `[Q]` (the sample's estimate at first)
@@ -457,6 +461,14 @@ def _bf16_below(x):
     down = torch.where(v > 0, i - 1, torch.where(v < 0, i + 1, torch.full_like(i, -32767)))   # one bf16 step towards -inf (0: -tiny)
     v = torch.where((v.float() < x) | torch.isneginf(x), v, down.view(torch.bfloat16))
     return v[:, None]
+
+def _fp32_streamed(self, q, # fp32 queries `[Q, h]`, the store resident in fp32
+                   k: int, K: int):
+    "`(scores, rows, exact)`: the fp32 top-`k` from the streamed shortlist of the fp32 products; exact where the k-th score is above `t`."
+    S, R, t = _bf16_shortlist(self, q, K)
+    if S.shape[1] < k: return torch.zeros((len(q), k)), torch.zeros((len(q), k), dtype=torch.int64), torch.zeros(len(q), dtype=torch.bool)
+    s, r = order_topk(S, R, k)                                     # the scores are the fp32 ones: only the order to settle
+    return s, r, s[:, -1] > t                                      # every row left out scores at most t
 
 
 # %% ../../nbs/11_search.ipynb #8330461c
