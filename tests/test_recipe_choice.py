@@ -81,6 +81,10 @@ def test_training_minutes_from_metrics(tmp_path):
     (tmp_path/'metrics.jsonl').write_text('\n'.join(map(json.dumps, rows)) + '\n')
     assert training_minutes(tmp_path) == pytest.approx((10 + 50 + 10) / 60)
     assert math.isnan(training_minutes(tmp_path/'none'))
+    # at a quantile of the logged speeds: all 2,600 tokens at the median speed (after the resumed row replaced step 20's)
+    assert training_minutes(tmp_path, at_quantile=0.5) == pytest.approx(2600 / 60.0 / 60)
+    assert training_minutes(tmp_path, at_quantile=1.0) == pytest.approx(2600 / 100.0 / 60)
+    with pytest.raises(ValueError, match='at_quantile'): training_minutes(tmp_path, at_quantile=0)
 
 def test_choose_recipe():
     st = [('a', 0)] * 8

@@ -485,17 +485,24 @@ def finished_run(cfg, # the recipe's TrainConfig
                 return Path(out)/'final'
     return None
 
-def training_minutes(out_dir) -> float:
-    "Wall-clock minutes of a run's training loop, from its metrics.jsonl (NaN when there is none)."
+def training_minutes(out_dir,
+                     at_quantile: float | None = None, # None: as logged; q: every interval at the q-quantile of the logged speeds
+                    ) -> float:
+    "Minutes of a run's training loop from its metrics.jsonl (NaN when there is none): wall clock, or at its own fast speed."
     p = Path(out_dir)/'metrics.jsonl'
     if not p.exists(): return float('nan')
     rows = {}
     for line in p.read_text().splitlines():
         if line.strip(): r = json.loads(line); rows[r['step']] = r   # a resumed run logs its repeated steps again: the last counts
+    if not rows: return float('nan')
+    if at_quantile is not None:   # a run slowed down by other work on the machine: its tokens at the speed of its fast intervals
+        if not 0 < at_quantile <= 1: raise ValueError(f'at_quantile={at_quantile}: use a fraction in (0, 1], e.g. 0.9')
+        speed = float(np.quantile([r['tokens_per_s'] for r in rows.values()], at_quantile))
+        return rows[max(rows)]['tokens'] / max(speed, 1e-9) / 60
     secs, prev = 0.0, 0
     for s in sorted(rows):
         r = rows[s]; secs += (r['tokens'] - prev) / max(r['tokens_per_s'], 1e-9); prev = r['tokens']
-    return secs / 60 if rows else float('nan')
+    return secs / 60
 
 # %% ../../nbs/20_reference.ipynb #recipe02
 def choose_recipe(hits: dict, # recipe -> per-example hits (%), all on the same examples
