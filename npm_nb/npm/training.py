@@ -170,10 +170,10 @@ def training_batches(blocks, # the blocks (with a `source` column)
 
 # %% ../../nbs/09_training.ipynb #xtrafn01
 class NeighbourBlocks:
-    "The `n` training blocks of a batch's source nearest after it (then before it), lent to it as extra candidates."
+    "The `n` training blocks of a batch's source nearest after it (then before it), added to its candidates."
     def __init__(self, blocks, # the blocks (with a `source` column)
-                 heldout: list, # held-out batches: their blocks are never lent
-                 n: int): # blocks lent to a batch
+                 heldout: list, # held-out batches: their blocks are never borrowed
+                 n: int): # extra blocks per batch
         self.src, self.n = np.asarray(blocks['source']), n
         held = np.zeros(len(self.src), bool); held[[i for b in heldout for i in b]] = True
         self.pool = {s: np.flatnonzero((self.src == s) & ~held) for s in dict.fromkeys(self.src.tolist())}
