@@ -198,3 +198,61 @@ def test_ddp_train_loop_rank_with_nothing_to_mask(tmp_path):
     for r in range(2):
         devices = json.loads((out/f'devices{r}.json').read_text())
         assert len(devices) >= 3 and set(devices) == {'cpu'}, devices  # on CUDA: cuda (an NCCL group rejects CPU tensors)
+
+
+EXTRA = [[5, 6], [7]]  # extra candidate blocks of each rank (TrainConfig.extra_blocks): rank 0 has 3 + 2 rows, rank 1 2 + 1
+
+
+def _extra_batches(tok, blocks):
+    from npm_nb.npm.training import TrainConfig, prepare_batch
+    cfg = TrainConfig(objective='npm', extra_blocks=2)
+    return [prepare_batch([blocks[i] for i in idx], tok, cfg, seed=r + 1, extra_rows=[blocks[i] for i in EXTRA[r]])
+            for r, idx in enumerate(SHARDS)]
+
+
+def _ddp_step_extra(rank, world, port, out):
+    _init(rank, world, port)
+    try:
+        from npm_nb.models import tiny_encoder
+        from npm_nb.npm.training import TwoViews, batch_loss
+        tok, blocks = _setup()
+        net = torch.nn.parallel.DistributedDataParallel(TwoViews(tiny_encoder(tok)))  # eval mode: no dropout
+        loss, st = batch_loss(net, _extra_batches(tok, blocks)[rank], 'npm')
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in net.module.encoder.named_parameters() if p.grad is not None}
+        torch.save({'loss': loss.detach(), 'grads': grads, 'n_dropped': st['n_dropped']}, Path(out)/f'rank{rank}.pt')
+    finally: dist.destroy_process_group()
+
+
+def test_ddp_extra_blocks_equal_single_process(tmp_path):
+    """With extra candidate blocks every rank gathers its batch's rows followed by its extra rows: the loss and gradients
+    of one process whose pool is [rank 0 rows, rank 0 extras, rank 1 rows, rank 1 extras], the extras without gradient."""
+    _spawn(_ddp_step_extra, (2, _free_port(), str(tmp_path)))
+    ranks = [torch.load(tmp_path/f'rank{r}.pt') for r in range(2)]
+    from npm_nb.models import tiny_encoder
+    from npm_nb.npm.training import unmasked_inputs
+    from npm_nb.npm.losses import start_end_loss
+    tok, blocks = _setup()
+    enc = tiny_encoder(tok)
+    for p in enc.pooler.parameters(): p.requires_grad_(False)
+    bs = _extra_batches(tok, blocks)
+    order = [(i, False) for i in SHARDS[0]] + [(i, True) for i in EXTRA[0]] + [(i, False) for i in SHARDS[1]] + [(i, True) for i in EXTRA[1]]
+    u = unmasked_inputs([blocks[i] for i, _ in order], tok)
+    with_grad = enc(**u).last_hidden_state
+    with torch.no_grad(): no_grad = enc(**u).last_hidden_state
+    cand = torch.stack([no_grad[j] if extra else with_grad[j] for j, (_, extra) in enumerate(order)])
+    losses = []
+    for b, offset in zip(bs, (0, len(SHARDS[0]) + len(EXTRA[0]))):
+        q = enc(input_ids=b['masked_input_ids'], attention_mask=b['masked_attention_mask']).last_hidden_state
+        l, st = start_end_loss(q[b['span_seq'], b['q_start_pos']], q[b['span_seq'], b['q_end_pos']], b['span_seq'],
+                               b['span_tokens'], b['span_len'], cand, u['input_ids'], u['attention_mask'].bool(), offset)
+        losses.append(l)
+    torch.stack(losses).mean().backward()
+    ref_grads = {n: p.grad for n, p in enc.named_parameters() if p.grad is not None}
+    for r in range(2):
+        torch.testing.assert_close(ranks[r]['loss'], losses[r].detach(), rtol=1e-5, atol=1e-6)
+        assert ranks[r]['n_dropped'] == 0  # every span has a positive in the gathered pool
+    assert set(ranks[0]['grads']) == set(ref_grads)
+    for n, g in ref_grads.items():
+        torch.testing.assert_close(ranks[0]['grads'][n], g, rtol=1e-4, atol=1e-6, msg=lambda m: f'{n}: {m}')
+        torch.testing.assert_close(ranks[1]['grads'][n], g, rtol=1e-4, atol=1e-6)

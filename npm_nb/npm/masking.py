@@ -89,10 +89,13 @@ def span_mask(batch, # list of block dicts with input_ids, valid_start, valid_en
               min_ratio: float = 0.05, # batches masked below this ratio are dropped (None)
               seed: int = 0, # all randomness of this batch
               stats: dict | None = None, # if given, counts 'batches', 'dropped', 'no_candidates'
+              context: list | None = None, # blocks searched for co-occurrence but never masked (extra candidate blocks)
              ) -> SpanMask | None:
     "Mask co-occurring word-aligned spans of the batch within the budget (NPM §3.2.1); `None` if under `min_ratio`."
     rows, rng = _rows(batch), np.random.default_rng(seed)
-    cands = candidate_spans(rows, tok, max_span_len, punct_start_prob, rng)
+    ctx = _rows(context) if context is not None and len(context) else []
+    cands = candidate_spans(rows + ctx, tok, max_span_len, punct_start_prob, rng)
+    if ctx: cands = [c[c[:, 0] < len(rows)] for c in cands]  # a context block is searched, never masked
     groups = [c[rng.permutation(len(c))] for c in cands]
     n_real = sum(len(r['input_ids']) for r in rows)
     budget = int(mask_ratio * n_real)

@@ -20,15 +20,16 @@ from ..models import (offline_mode, resolve_model, load_tokenizer, check_tokeniz
                            default_device, write_model_checksums, verify_model_folder, check_finite, check_max_len)
 from ..data.blocks import build_blocks, make_batches, split_batches
 from .masking import span_mask, collate_npm, single_mask, collate_single, mlm_mask
-from .losses import start_end_loss, single_loss
+from .losses import start_end_loss, single_loss, span_positives, candidate_mask
 
 # %% auto #0
 __all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'training_blocks', 'BatchStream', 'mask_seed',
-           'training_batches', 'prepare_batch', 'unmasked_inputs', 'StreamItems', 'batch_loader', 'TwoViews',
-           'gather_candidates', 'mlm_head', 'MaskedLM', 'batch_loss', 'make_optimizer', 'cpu_bf16_native', 'amp_setup',
-           'save_checkpoint', 'clean_stale_checkpoints', 'list_checkpoints', 'prune_checkpoints', 'link_final',
-           'DamagedCheckpoint', 'check_resume', 'resume_point', 'init_model', 'TrainingDeadline', 'start_state',
-           'optimizer_state', 'train', 'retrieval_eval', 'mlm_eval', 'fill_mask', 'config_from_args', 'main']
+           'training_batches', 'NeighbourBlocks', 'prepare_batch', 'unmasked_inputs', 'StreamItems', 'batch_loader',
+           'TwoViews', 'join_rows', 'gather_candidates', 'mlm_head', 'MaskedLM', 'batch_loss', 'positives_per_span',
+           'make_optimizer', 'cpu_bf16_native', 'amp_setup', 'save_checkpoint', 'clean_stale_checkpoints',
+           'list_checkpoints', 'prune_checkpoints', 'link_final', 'DamagedCheckpoint', 'check_resume', 'resume_point',
+           'init_model', 'TrainingDeadline', 'start_state', 'optimizer_state', 'train', 'retrieval_eval', 'mlm_eval',
+           'fill_mask', 'config_from_args', 'main']
 
 # %% ../../nbs/09_training.ipynb #bf11367d
 PAPER_CONFIG = dict(lr=3e-5, weight_decay=0.01, warmup=4000, steps=100_000, clip=2.0, batch_size=512, max_len=256,
@@ -66,6 +67,7 @@ class TrainConfig:
     max_blocks: int | None = None  # cap on blocks per corpus (None or 0: all)
     batching: str = 'consecutive'  # 'consecutive' blocks of one source (the paper's document grouping) or 'random' blocks of one source
     candidate_grad: bool = True  # NPM / NPM-single: backpropagate through the candidate (unmasked) pass, as the paper does
+    extra_blocks: int = 0  # NPM: neighbouring training blocks added to each batch's candidates, encoded without gradient (not the paper's)
     device: str | None = None  # default: cuda if available
     workers: int = -1  # processes that mask batches ahead of the loop (-1: auto = up to 8 on CUDA, 0 on CPU)
 
@@ -75,6 +77,10 @@ class TrainConfig:
         if self.schedule not in ('linear', 'constant'): raise ValueError(f"schedule={self.schedule!r}: use linear or constant")
         if self.batching not in ('consecutive', 'random'): raise ValueError(f"batching={self.batching!r}: use consecutive or random")
         if self.grad_accum < 1 or self.steps < 1: raise ValueError("grad_accum and steps must be >= 1")
+        if isinstance(self.extra_blocks, bool) or not isinstance(self.extra_blocks, int) or self.extra_blocks < 0:
+            raise ValueError(f"extra_blocks={self.extra_blocks!r}: use a whole number >= 0 (0: the batch's own blocks only)")
+        if self.extra_blocks and self.objective != 'npm':
+            raise ValueError(f"extra_blocks={self.extra_blocks} is for objective='npm' (got {self.objective!r}): use extra_blocks=0")
         check_setting('max_len', self.max_len)  # the encoder's positions are checked when it is loaded
         self.corpora = tuple([self.corpora] if isinstance(self.corpora, str) else self.corpora)
 
@@ -162,19 +168,35 @@ def training_batches(blocks, # the blocks (with a `source` column)
         out += [pool[k:k + cfg.batch_size] for k in range(0, len(pool), cfg.batch_size) if len(pool[k:k + cfg.batch_size]) >= 2]
     return out, held_b
 
+# %% ../../nbs/09_training.ipynb #xtrafn01
+class NeighbourBlocks:
+    "The `n` training blocks of a batch's source nearest after it (then before it), added to its candidates."
+    def __init__(self, blocks, # the blocks (with a `source` column)
+                 heldout: list, # held-out batches: their blocks are never borrowed
+                 n: int): # extra blocks per batch
+        self.src, self.n = np.asarray(blocks['source']), n
+        held = np.zeros(len(self.src), bool); held[[i for b in heldout for i in b]] = True
+        self.pool = {s: np.flatnonzero((self.src == s) & ~held) for s in dict.fromkeys(self.src.tolist())}
+    def __call__(self, batch: list[int]) -> list[int]:
+        p = self.pool[self.src[batch[0]]]
+        return np.concatenate([p[p > max(batch)], p[p < min(batch)][::-1]])[:self.n].tolist()
+
 # %% ../../nbs/09_training.ipynb #d5c20639
 def prepare_batch(rows: list, # block rows of one batch
                   tok, cfg: TrainConfig,
                   seed: int, # masking seed (see `mask_seed`)
+                  extra_rows: list | None = None, # NPM: extra candidate blocks (searched for co-occurrence, never masked)
                  ) -> dict | None:
     "Masked model inputs of one batch for `cfg.objective`, or `None` when the batch has nothing to mask."
     if cfg.objective == 'npm':
         spans = span_mask(rows, tok, mask_ratio=cfg.mask_ratio, p=cfg.span_p, max_span_len=cfg.max_span_len,
-                          max_repeat=cfg.max_repeat, seed=seed)
+                          max_repeat=cfg.max_repeat, seed=seed, context=extra_rows or None)
         if spans is None: return None
         b = collate_npm(rows, spans, tok)
         if len(b['span_seq']) == 0: return None
         b['n_masked'] = int(b['span_len'].sum())
+        if extra_rows: b.update({f'extra_{k}': v for k, v in unmasked_inputs(extra_rows, tok).items()})
+    elif extra_rows: raise ValueError("extra candidate blocks are for objective='npm'")
     elif cfg.objective == 'single':
         pos = single_mask(rows, tok, mask_ratio=cfg.mask_ratio, seed=seed)
         if not pos: return None
@@ -197,15 +219,19 @@ def unmasked_inputs(rows: list, tok) -> dict:
 # %% ../../nbs/09_training.ipynb #d11ld001
 class StreamItems(torch.utils.data.Dataset):
     "Stream item `cursor·world + rank`, masked: `(cursor, batch or None, unmasked inputs or None)` (picklable for workers)."
-    def __init__(self, blocks, stream: BatchStream, tok, cfg: TrainConfig, rank: int = 0, world: int = 1):
-        self.blocks, self.stream, self.tok, self.cfg, self.rank, self.world = blocks, stream, tok, cfg, rank, world
+    def __init__(self, blocks, stream: BatchStream, tok, cfg: TrainConfig, rank: int = 0, world: int = 1,
+                 lend: NeighbourBlocks | None = None): # the extra candidate blocks of a batch (`cfg.extra_blocks`)
+        self.blocks, self.stream, self.tok, self.cfg, self.rank, self.world, self.lend = blocks, stream, tok, cfg, rank, world, lend
     def __len__(self): return 2**62  # endless: the sampler gives the cursor values
     def __getitem__(self, c: int):
         k = c * self.world + self.rank
-        rows = [self.blocks[i] for i in self.stream[k]]
-        b = prepare_batch(rows, self.tok, self.cfg, mask_seed(self.cfg.seed, k))
-        # under DDP a rank with nothing to mask still encodes its candidates for the others
-        return c, b, (unmasked_inputs(rows, self.tok) if b is None and self.world > 1 else None)
+        idx = self.stream[k]; rows = [self.blocks[i] for i in idx]
+        extra = [self.blocks[i] for i in self.lend(idx)] if self.lend is not None else None
+        b = prepare_batch(rows, self.tok, self.cfg, mask_seed(self.cfg.seed, k), extra)
+        if b is not None or self.world == 1: return c, b, None
+        fb = unmasked_inputs(rows, self.tok)  # under DDP a rank with nothing to mask still encodes its candidates for the others
+        if extra: fb.update({f'extra_{k_}': v for k_, v in unmasked_inputs(extra, self.tok).items()})
+        return c, b, fb
 
 class _From(torch.utils.data.Sampler):
     def __init__(self, start: int): self.start = start
@@ -237,11 +263,21 @@ class TwoViews(nn.Module):
         super().__init__(); self.encoder, self.candidate_grad = encoder, candidate_grad
         if freeze_pooler and getattr(encoder, 'pooler', None) is not None:
             for p in encoder.pooler.parameters(): p.requires_grad_(False)
-    def forward(self, input_ids, attention_mask, masked_input_ids=None, masked_attention_mask=None):
+    def forward(self, input_ids, attention_mask, masked_input_ids=None, masked_attention_mask=None,
+                extra_input_ids=None, extra_attention_mask=None): # extra candidate blocks: encoded without gradient
         with contextlib.nullcontext() if self.candidate_grad else torch.no_grad():
             cand = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if extra_input_ids is not None:  # their rows follow the batch's: other sequences for every query
+            with torch.no_grad(): x = self.encoder(input_ids=extra_input_ids, attention_mask=extra_attention_mask).last_hidden_state
+            cand = join_rows(cand, x)
         if masked_input_ids is None: return cand, None
         return cand, self.encoder(input_ids=masked_input_ids, attention_mask=masked_attention_mask).last_hidden_state
+
+def join_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    "The rows of `a` then those of `b` (`[N, L, ...]`), right-padded with zeros to the longer `L`."
+    L = max(a.shape[1], b.shape[1])
+    pad = lambda t: nn.functional.pad(t, (0, 0) * (t.dim() - 2) + (0, L - t.shape[1]))
+    return torch.cat([pad(a), pad(b.to(a.dtype))], 0)
 
 # %% ../../nbs/09_training.ipynb #3c442d23
 def gather_candidates(cand: torch.Tensor, # [B, L, h] last-layer states of the unmasked pass (with gradient)
@@ -300,12 +336,15 @@ def batch_loss(model, # `TwoViews` (npm, single), or `MaskedLM` / a `*ForMaskedL
         if batch is None: return loss, {}
         acc = (logits.argmax(-1) == labels[labels != -100]).float().mean()
         return loss, {'loss': loss.detach(), 'masked_acc': acc.detach()}  # tensors: one host sync per log step
+    x = {k: b[k] for k in ('extra_input_ids', 'extra_attention_mask') if k in b}  # extra candidate blocks (NPM)
+    ids, am = b['input_ids'], b['attention_mask']
+    if x: ids, am = join_rows(ids, x['extra_input_ids']), join_rows(am, x['extra_attention_mask'])
     if batch is None:  # the gathered candidates stay in the graph: their backward is a collective the other ranks wait for
-        cand, _ = model(b['input_ids'], b['attention_mask'])
-        g, *_ = gather_candidates(cand, b['input_ids'], b['attention_mask'])
+        cand, _ = model(b['input_ids'], b['attention_mask'], **x)
+        g, *_ = gather_candidates(cand, ids, am)
         return g.sum() * 0, {}
-    cand, q = model(b['input_ids'], b['attention_mask'], b['masked_input_ids'], b['masked_attention_mask'])
-    cand, ids, mask, off = gather_candidates(cand, b['input_ids'], b['attention_mask'])
+    cand, q = model(b['input_ids'], b['attention_mask'], b['masked_input_ids'], b['masked_attention_mask'], **x)
+    cand, ids, mask, off = gather_candidates(cand, ids, am)
     with torch.autocast(cand.device.type, enabled=False):  # scores and logsumexp in fp32, not re-cast by an outer autocast
         cand, q = cand.float(), q.float()
         if objective == 'npm':
@@ -314,6 +353,15 @@ def batch_loss(model, # `TwoViews` (npm, single), or `MaskedLM` / a `*ForMaskedL
         else:
             loss, st = single_loss(q[b['q_seq'], b['q_pos']], b['q_seq'], b['q_token'], cand, ids, mask, seq_offset=off)
     return loss, {'loss': loss.detach(), **{k: float(v) for k, v in st.items()}}
+
+# %% ../../nbs/09_training.ipynb #xposfn01
+def positives_per_span(batch: dict, # an NPM batch from `prepare_batch` (with or without extra blocks)
+                      ) -> np.ndarray:
+    "Start positives of each masked span in the candidate pool the loss sees (outside the span's own sequence)."
+    ids, am = batch['input_ids'], batch['attention_mask']
+    if 'extra_input_ids' in batch: ids, am = join_rows(ids, batch['extra_input_ids']), join_rows(am, batch['extra_attention_mask'])
+    start, _ = span_positives(batch['span_tokens'], batch['span_len'], ids, am.bool())
+    return (start & candidate_mask(batch['span_seq'], am.bool())).flatten(1).sum(1).numpy()
 
 # %% ../../nbs/09_training.ipynb #392b30a0
 def make_optimizer(model, cfg: TrainConfig):
@@ -579,8 +627,9 @@ def train(cfg: TrainConfig, resume: bool = True,
     metrics_path = out/'metrics.jsonl'
 
     blocks = blocks if blocks is not None else training_blocks(cfg, tok)
-    train_b, _ = training_batches(blocks, cfg)
+    train_b, held_b = training_batches(blocks, cfg)
     stream = BatchStream(train_b, seed=cfg.seed)
+    lend = NeighbourBlocks(blocks, held_b, cfg.extra_blocks) if cfg.extra_blocks else None
 
     model.to(device).train()
     net = MaskedLM(model) if cfg.objective == 'mlm' else TwoViews(model, candidate_grad=cfg.candidate_grad)
@@ -590,7 +639,7 @@ def train(cfg: TrainConfig, resume: bool = True,
 
     on_gpu = str(device).startswith('cuda')
     workers = cfg.workers if cfg.workers >= 0 else (min(8, max(1, (os.cpu_count() or 2) // world - 1)) if on_gpu else 0)
-    items, loader = StreamItems(blocks, stream, tok, cfg, rank, world), None
+    items, loader = StreamItems(blocks, stream, tok, cfg, rank, world, lend), None
     def next_batch():
         "The next maskable batch of this rank and its unmasked fallback (skipping and counting the others on one process)."
         nonlocal loader
