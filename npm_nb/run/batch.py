@@ -193,7 +193,8 @@ _POSITIVE = re.compile(r'(batch_size|max_len|short_len|k|restrict_k|l_max|per_bu
 _FRACTION = re.compile(r'(heldout|.*_frac|target_recall|alpha|.*_prob)')  # shares and probabilities
 _NUMBER_LISTS = re.compile(r'(.*fractions|.*_sweep|curve_steps|mlm_evals|sweep_lrs)')  # comma-separated numbers
 FREE_TEXT = ('profile', 'model', 'encoder', 'sections', 'rows', 'row', 'hnsw_graphs', 'open_tasks', 'closed_task',
-             'open_task', 'dense_index', 'refresh', 'lm', 'retriever', 'reader', 'run', 'against', 'beside')  # names checked by the notebook itself
+             'open_task', 'dense_index', 'refresh', 'lm', 'retriever', 'reader', 'run', 'against', 'beside',
+             'reuse_from', 'rows_dir')  # names checked by the notebook itself
 
 def implied_rule(name: str, type_: str | None,
                  help: str = '', # its comment: `0: all` / `0 = off` there allows 0 for a count
