@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'CHUNK_ROWS', 'SAMPLE_STRIDE', 'GROUP', 'set_threads',
+__all__ = ['SAMPLE_STRIDE', 'BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'CHUNK_ROWS', 'GROUP', 'set_threads',
            'available_memory', 'order_topk', 'merge_topk', 'ExactSearch', 'bf16_error_bound', 'matmul_rate']
 
 # %% ../../nbs/11_search.ipynb #bbd6e764
@@ -85,6 +85,8 @@ def _cpu_bf16() -> bool:
     from npm_nb.npm.training import cpu_bf16_native
     return cpu_bf16_native()
 
+SAMPLE_STRIDE = 16   # CPU bf16: every 16th stored row sets each query's first threshold (kept first in the resident copy)
+
 class ExactSearch:
     "Exact top-k inner-product search over an fp16 store: the CPU's fastest matrix product, made exact (fp32 scores, exact top-k)."
     def __init__(self, vectors, # the store `[N, h]`: an fp16 memmap or array (or a `Datastore`)
@@ -126,8 +128,18 @@ class ExactSearch:
         return f"ExactSearch(N={self.n:,}, h={self.d}, {self.device}, {where}, precision={self.precision})"
 
     def _load(self):
-        "The whole store on the device in `self.dtype`, filled chunk by chunk."
+        "The whole store on the device in `self.dtype`, filled chunk by chunk; a CPU bf16 copy holds rows 0, 16, 32, ... first (`self._perm[position] = row`)."
         X = torch.empty((self.n, self.d), dtype=self.dtype, device=self.device)
+        self._perm = None
+        if self.device.type == 'cpu' and self.dtype == torch.bfloat16 and self.n >= 2 * SAMPLE_STRIDE:
+            ns = -(-self.n // SAMPLE_STRIDE)                       # the sample, X[:ns], then the other rows in order
+            for a in range(0, self.n, 1 << 18):                    # (1 << 18 is a multiple of the stride)
+                x = _tensor(self.vectors[a:a + (1 << 18)]); s = a // SAMPLE_STRIDE
+                rest = torch.ones(len(x), dtype=torch.bool); rest[::SAMPLE_STRIDE] = False
+                X[s:s + len(x[::SAMPLE_STRIDE])].copy_(x[::SAMPLE_STRIDE]); X[ns + a - s:ns + a - s + int(rest.sum())].copy_(x[rest])
+            rows = torch.arange(self.n)
+            self._perm = torch.cat([rows[::SAMPLE_STRIDE], rows[rows % SAMPLE_STRIDE != 0]])
+            return X
         for a in range(0, self.n, 1 << 18): X[a:a + (1 << 18)].copy_(_tensor(self.vectors[a:a + (1 << 18)]))
         return X
 
@@ -293,6 +305,7 @@ def _dense_top(self, q, # queries `[Q, h]` in the product's dtype (fp32: exact; 
         else:
             v = torch.cat([S, v], 1); v, j = torch.topk(v, min(K, v.shape[1]), dim=1, sorted=False)
             S, R = v, torch.cat([R, i], 1).gather(1, j)
+    if getattr(self, '_perm', None) is not None and self.X is not None and q.dtype == self.X.dtype: R = self._perm[R]   # positions -> rows
     return S, R
 
 def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
@@ -345,26 +358,46 @@ ExactSearch._max_norm, ExactSearch._rows_of, ExactSearch._dense_top = _max_norm,
 from concurrent.futures import ThreadPoolExecutor
 
 CHUNK_ROWS = 8192    # CPU bf16: store rows a product (its `[Q, 8192]` scores stay in the core's caches)
-SAMPLE_STRIDE = 16   # CPU bf16: every 16th stored row sets each query's first threshold
 GROUP = 32           # CPU bf16: a chunk's columns are screened in strided groups of 32, by their maximum
 _pools = {}
+
+def _above_flat(s, # bf16 (or fp32) scores `[Q, C]` of store rows `offset...`
+                thr, # per query `[Q, 1]`, same dtype
+                offset: int, # the chunk's first row
+               ):
+    "The entries of `s` above `thr` as flat `(queries, scores, rows)`, fast: screened by column groups, compared as int16 (int32) bits."
+    Q, C = s.shape; it = {torch.bfloat16: torch.int16, torch.float32: torch.int32}.get(s.dtype)
+    C0 = C - C % GROUP                                            # a chunk's last columns (< 32) are compared one by one
+    if it is None or not C0 or not bool((thr > 0).all()):        # (the bits order positive numbers only)
+        qi, ci = (s > thr).nonzero(as_tuple=True); return qi, s[qi, ci], ci + offset
+    s0 = s if C0 == C else s[:, :C0].contiguous()
+    s3, t = s0.view(it).view(Q, GROUP, C0 // GROUP), thr.view(it)
+    qi, j = (s3.amax(1) > t).nonzero(as_tuple=True)              # groups (columns j, j + C/32, ...) with a score above
+    v = s3[qi, :, j]                                              # their scores `[n, 32]`
+    p, i = (v > t[qi]).nonzero(as_tuple=True)
+    qi, v, r = qi[p], v[p, i].view(s.dtype), i * (C0 // GROUP) + j[p] + offset
+    if C0 < C:
+        q2, c2 = (s[:, C0:] > thr).nonzero(as_tuple=True)
+        qi, v, r = torch.cat([qi, q2]), torch.cat([v, s[q2, c2 + C0]]), torch.cat([r, c2 + C0 + offset])
+    return qi, v, r
+
+def _pack(qi, v, r, # flat entries: queries, scores, rows
+          Q: int): # queries
+    "Flat entries as `[Q, m]` (scores, rows; padding -inf, row -1), each query's in the given order, and `m`."
+    if len(qi) and not bool((qi[1:] >= qi[:-1]).all()):          # by query, stably
+        o = torch.argsort(qi, stable=True); qi, v, r = qi[o], v[o], r[o]
+    cnt = torch.bincount(qi, minlength=Q); m = int(cnt.max()) if len(qi) else 0
+    cs = torch.full((Q, m), -math.inf, dtype=v.dtype); cr = torch.full((Q, m), -1, dtype=torch.int64)
+    at = qi * m + torch.arange(len(qi)) - (cnt.cumsum(0) - cnt)[qi]
+    cs.view(-1)[at] = v; cr.view(-1)[at] = r
+    return cs, cr, m
 
 def _above(s, # bf16 (or fp32) scores `[Q, C]` of store rows `offset...`
            thr, # per query `[Q, 1]`, same dtype
            offset: int, # the chunk's first row
           ):
-    "`_compact(s, s > thr, offset)` (up to the order within a query), fast: screened by column groups, compared as int16 (int32) bits."
-    Q, C = s.shape; it = {torch.bfloat16: torch.int16, torch.float32: torch.int32}.get(s.dtype)
-    if it is None or C % GROUP or not bool((thr > 0).all()): return _compact(s, s > thr, offset)
-    s3, t = s.view(it).view(Q, GROUP, C // GROUP), thr.view(it)
-    qi, j = (s3.amax(1) > t).nonzero(as_tuple=True)              # groups (columns j, j + C/32, ...) with a score above
-    v = s3[qi, :, j]                                              # their scores `[n, 32]`
-    p, i = (v > t[qi]).nonzero(as_tuple=True)
-    qi = qi[p]; cnt = torch.bincount(qi, minlength=Q); m = int(cnt.max()) if len(qi) else 0
-    cs = torch.full((Q, m), -math.inf, dtype=s.dtype); cr = torch.full((Q, m), -1, dtype=torch.int64)
-    at = qi * m + torch.arange(len(qi)) - (cnt.cumsum(0) - cnt)[qi]
-    cs.view(it).view(-1)[at] = v[p, i]; cr.view(-1)[at] = i * (C // GROUP) + j[p] + offset
-    return cs, cr, m
+    "`_compact(s, s > thr, offset)` (up to the order within a query), screened as `_above_flat`."
+    return _pack(*_above_flat(s, thr, offset), s.shape[0])
 
 def _on_cores(fn, # called as `fn(i)` for `i` in `range(w)`, in a thread with torch at one thread
               w: int):
@@ -383,22 +416,24 @@ def _stream_top(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 resident co
                 k: int = 1, # ... but let the threshold rise no higher than the k-th best so far less `gap`
                 gap=None, # `[Q, 1]` fp32 (default 0)
                ):
-    "One worker: bf16 products over rows `a0:b0` chunk by chunk, the rows above the thresholds, and the thresholds at the end."
-    C = int(self.chunk) if self.chunk else CHUNK_ROWS
-    S, R, ps, pr, n = torch.empty((len(qb), 0), dtype=qb.dtype), torch.empty((len(qb), 0), dtype=torch.int64), [], [], 0
+    "One worker: bf16 products over rows `a0:b0` chunk by chunk, the rows above the thresholds (flat: queries, scores, rows), and the thresholds at the end."
+    C, Q = int(self.chunk) if self.chunk else CHUNK_ROWS, len(qb)
+    qs, vs, rs, cnt = [], [], [], torch.zeros(Q, dtype=torch.int64)
     for a in range(a0, b0, C):
-        cs, cr, m = _above(qb @ self.X[a:min(b0, a + C)].T, thr, a)
-        if not m: continue
-        ps.append(cs); pr.append(cr); n += m
-        if K is not None and n >= K and n + S.shape[1] >= 4 * K:     # many above: a higher threshold, about the K-th best
-            s2, r2 = torch.cat([S] + ps, 1), torch.cat([R] + pr, 1)
-            top = torch.topk(s2, K, dim=1, sorted=False).values; up = top.min(1, keepdim=True).values
+        qi, v, r = _above_flat(qb @ self.X[a:min(b0, a + C)].T, thr, a)
+        if not len(qi): continue
+        qs.append(qi); vs.append(v); rs.append(r)
+        if K is None: continue
+        cnt += torch.bincount(qi, minlength=Q)
+        if int(cnt.max()) >= 4 * K:                               # many above: a higher threshold, about the K-th best
+            qi, v, r = torch.cat(qs), torch.cat(vs), torch.cat(rs)
+            top = torch.topk(_pack(qi, v, r, Q)[0], K, dim=1, sorted=False).values; up = top.min(1, keepdim=True).values
             if gap is not None: up = torch.minimum(up, _bf16_below(torch.topk(top, k, dim=1).values[:, -1].float() - gap[:, 0]))
             thr = torch.maximum(thr, up)
-            _, c, _ = _compact(s2, s2 > thr, 0)                       # every row dropped scores at most thr
-            ok = c >= 0; c = c.clamp(min=0)
-            S, R, ps, pr, n = s2.gather(1, c).masked_fill(~ok, -math.inf), r2.gather(1, c).masked_fill(~ok, -1), [], [], 0
-    return torch.cat([S] + ps, 1), torch.cat([R] + pr, 1), thr
+            keep = v > thr[qi, 0]                                 # every row dropped scores at most thr
+            qs, vs, rs = [qi[keep]], [v[keep]], [r[keep]]; cnt = torch.bincount(qs[0], minlength=Q)
+    if not qs: return torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=qb.dtype), torch.empty(0, dtype=torch.int64), thr
+    return torch.cat(qs), torch.cat(vs), torch.cat(rs), thr
 
 def _bf16_shortlist(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 resident copy: the same in fp32)
                     K: int, # about this many rows a query (the first threshold: the sample's ⌈K/16⌉-th score)
@@ -406,21 +441,27 @@ def _bf16_shortlist(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 residen
                     k: int = 1, gap=None, # thresholds stay below the k-th best bf16 score less `gap` `[Q]` (the sample's estimate at first)
                    ):
     "Per query the rows above a threshold (about the best `K`; padding: row -1) with their bf16 scores, and the threshold `t` `[Q]`: every other row scores at most `t`."
+    perm, first, a0 = getattr(self, '_perm', None), [], 0
     if thr is None:
-        if getattr(self, '_sample', None) is None: self._sample = self.X[::SAMPLE_STRIDE].contiguous()
+        ns = -(-self.n // SAMPLE_STRIDE)
+        if getattr(self, '_sample', None) is None:             # a bf16 copy holds the sample first: a view, else a copy
+            self._sample = self.X[:ns] if perm is not None else self.X[::SAMPLE_STRIDE].contiguous()
         s0 = qb @ self._sample.T
         top = torch.topk(s0, max(1, min(s0.shape[1], -(-K // SAMPLE_STRIDE))), dim=1).values
         thr = top[:, -1:]
         if gap is not None: thr = torch.minimum(thr, _bf16_below(top[:, min(top.shape[1], -(-k // SAMPLE_STRIDE)) - 1].float() - gap))
         keep = K
+        if perm is not None: first, a0 = [_above_flat(s0, thr, 0)], ns    # the sample's rows: screened here, not scored again
     else: keep = None
     C = int(self.chunk) if self.chunk else CHUNK_ROWS
-    w = max(1, min(torch.get_num_threads(), self.n // C))
-    cuts = [self.n * i // w // C * C for i in range(w)] + [self.n]
+    w = max(1, min(torch.get_num_threads(), (self.n - a0) // C))
+    cuts = [a0 + (self.n - a0) * i // w // GROUP * GROUP for i in range(w)] + [self.n]   # equal shares, whole groups
     g = None if gap is None else gap[:, None].float()
     outs = _on_cores(lambda i: _stream_top(self, qb, thr, cuts[i], cuts[i + 1], keep, k, g), w)
-    t = torch.stack([o[2][:, 0] for o in outs], 1).max(1).values.float()
-    return torch.cat([o[0] for o in outs], 1).float(), torch.cat([o[1] for o in outs], 1), t
+    t = torch.stack([o[3][:, 0] for o in outs], 1).max(1).values.float()
+    qi, v, r = (torch.cat([o[j] for o in first + outs]) for j in range(3))
+    S, R, _ = _pack(qi, v, r if perm is None else perm[r], len(qb))   # one padded matrix (positions -> rows), no padding per chunk
+    return S.float(), R, t
 
 def _rescore(self, q, # fp32 queries `[Q, h]`
              S, R, # their shortlist: bf16 scores `[Q, M]` (as float), rows (-1: none), M >= k
