@@ -392,13 +392,6 @@ def _pack(qi, v, r, # flat entries: queries, scores, rows
     cs.view(-1)[at] = v; cr.view(-1)[at] = r
     return cs, cr, m
 
-def _above(s, # bf16 (or fp32) scores `[Q, C]` of store rows `offset...`
-           thr, # per query `[Q, 1]`, same dtype
-           offset: int, # the chunk's first row
-          ):
-    "`_compact(s, s > thr, offset)` (up to the order within a query), screened as `_above_flat`."
-    return _pack(*_above_flat(s, thr, offset), s.shape[0])
-
 def _on_cores(fn, # called as `fn(i)` for `i` in `range(w)`, in a thread with torch at one thread
               w: int):
     "`[fn(0), ..., fn(w - 1)]`, one worker a core, each with torch at one thread (so a core never waits for the other)."
