@@ -655,7 +655,8 @@ def test_r2_8_every_parameter_has_a_rule():
     ('01_train.heldout', '1.5', 'between 0 and 1'), ('05_open_set.l_max', '0', 'must be >= 1'),
     ('05_open_set.corpora', 'factbook2025,nosuch', "'nosuch' is not one of"), ('01_train.seed', '-1', 'must be >= 0'),
     ('03_index_benchmark.ef_sweep', '16,abc', "'abc' is not a number"), ('04_closed_set.max_tokens', '-5', 'must be >= 0'),
-    ('07_translation.n_per_lang', '-1', 'must be >= 0'), ('12b_replug_tasks.weighting', 'unifrom', "did you mean 'uniform'")])
+    ('07_translation.n_per_lang', '-1', 'must be >= 0'), ('12b_replug_tasks.weighting', 'unifrom', "did you mean 'uniform'"),
+    ('05_open_set.open_temperature', '0', 'must be > 0'), ('01_train.lr', '0', 'must be > 0')])
 def test_r2_8_impossible_values_without_a_rule_comment(capsys, name, value, part):
     assert batch_main(['smoke', '--dry-run', '-p', name, value]) == 2
     assert part in capsys.readouterr().err
@@ -770,6 +771,7 @@ def test_r3_block_lengths_at_the_api_edge(models, tmp_path):
 @pytest.mark.parametrize('name, value, part', [
     ('05_open_set.l_max', '1000000', 'l_max=1000000: use a whole number from 1 to 512'),
     ('04_closed_set.temperature', '1e-300', 'temperature=1e-300: use a finite number from 0.001'),
+    ('06_temporal.open_temperature', '1e-300', 'open_temperature=1e-300: use a finite number from 0.001'),
     ('03_index_benchmark.hnsw_m', '1', 'hnsw_m=1: use a whole number from 2'), ('10_speed.hnsw_m', '1', 'hnsw_m=1'),
     ('01_train.max_len', '3', 'max_len=3: use a whole number from 8'),
     ('01_train.max_len', '1024', "max_len=1024: the encoder 'minilm' has 512 positions"),
