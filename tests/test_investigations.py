@@ -137,4 +137,4 @@ def test_22_recipe_sweep(tmp_path, monkeypatch):
     assert dev2.loc['B1k', 'train minutes'] > json.loads((rows/'B1k.json').read_text())['minutes']['own_wall']   # its MLM's minutes included
     assert (res2/'figures'/'22_recipe_sweep_dev.png').exists()
     test = table(res2, '22_recipe_sweep_test')
-    assert 1 <= len(test) <= 2 and test.recipe.iloc[0].startswith('the cpu profile: B1k') and test.criterion.between(0, 100).all()
+    assert 1 <= len(test) <= 2 and test.recipe.iloc[0].startswith('the cpu profile before the sweep: B1k') and test.criterion.between(0, 100).all()

@@ -101,7 +101,8 @@ def test_choose_recipe():
     with pytest.raises(ValueError, match='budget'): choose_recipe(hits, st, {'big': 10, 'small': 5, 'bad': 1}, max_minutes=0.5)
 
 def test_sweep_recipes_are_01_train_runs():
-    "At the sweep profile's parameters, mlm1k and B1k are the cpu profile's 01_train MLM and NPM, field for field (so they are reused)."
+    """At the sweep profile's parameters, mlm1k and C2k (the sweep's choice) are the cpu profile's 01_train MLM and NPM, and B1k is
+    cpu-b1k's NPM, field for field (so a finished run of either profile is reused)."""
     import yaml
     from npm_nb.core import project_root
     from npm_nb.npm.training import checkpoint_dir
@@ -123,7 +124,9 @@ def test_sweep_recipes_are_01_train_runs():
         return g
     t = run_cells('01_train', 1, 'cpu')           # its parameters and TrainConfigs
     s = run_cells('22_recipe_sweep', 2, 'sweep')  # its parameters, imports and recipes
-    assert training_fields(s['config_of']('mlm1k')) == training_fields(t['cfgs']['mlm'])
-    b1k = s['config_of']('B1k', checkpoint_dir('cpu', 'mlm')/'final')
-    assert training_fields(b1k) == training_fields(t['cfgs']['npm'])
-    assert training_fields(s['config_of']('C1k')) != training_fields(t['cfgs']['npm'])   # from MiniLM: another run
+    tb = run_cells('01_train', 1, 'cpu-b1k')
+    assert training_fields(s['config_of']('mlm1k')) == training_fields(t['cfgs']['mlm']) == training_fields(tb['cfgs']['mlm'])
+    assert training_fields(s['config_of']('C2k')) == training_fields(t['cfgs']['npm'])
+    b1k = s['config_of']('B1k', checkpoint_dir('cpu-b1k', 'mlm')/'final')
+    assert training_fields(b1k) == training_fields(tb['cfgs']['npm'])
+    assert training_fields(s['config_of']('C1k')) != training_fields(t['cfgs']['npm'])   # 1,000 steps: another run
