@@ -403,6 +403,8 @@ SETTINGS = {  # name: (kind, lowest, highest, what it is): read by `check_settin
     'l_max': ('int', 1, 512, 'longest phrase in tokens, at most one block; the paper uses 10, and 20 for translation'),
     'temperature': ('real', 1e-3, 1e3, 'softmax temperature; the paper uses 1 open-set and 5 closed-set; below 1e-3 the '
                     'similarities overflow and every probability is 0'),
+    'open_temperature': ('real', 1e-3, 1e3, "NPM's open-set softmax temperature, a parameter of the experiments that score "
+                         'phrases (05, 06, 08, 10, 11, 12b); the paper uses 1'),
     'hnsw_m': ('int', 2, 512, 'HNSW neighbours a node; the paper uses 32'),
     'max_len': ('int', 8, 8192, "tokens per block, [CLS] and [SEP] included; at most the encoder's positions"),
     'short_len': ('int', 8, 8192, "tokens per block of the short-block variant; at most the encoder's positions"),

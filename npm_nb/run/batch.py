@@ -13,16 +13,16 @@ from ..core import (project_root, results_dir, data_dir, atomic_path, atomic_wri
                          read_json, check_schema, hold_lock, LockedError, open_lock_file)
 
 # %% auto #0
-__all__ = ['FREE_TEXT', 'MODEL_PARAMS', 'SETTING_OF', 'PACKAGES', 'WHERE_PARAMS', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE',
-           'STEP_STATES', 'STATUS_SCHEMA', 'LOCAL_MARK', 'OUTPUT_KINDS', 'COMMITTED_PROFILE', 'TRAIN_MARGIN_S',
-           'MIN_STEP_S', 'BatchError', 'read_yaml', 'deep_merge', 'params_dir', 'list_profiles', 'find_profile',
-           'load_profile', 'parse_value', 'apply_overrides', 'parameter_rule', 'implied_rule', 'rule_violation',
-           'experiments_dir', 'list_experiments', 'notebook_path', 'notebook_parameters', 'make_demo_notebook',
-           'value_matches', 'setting_problems', 'plan', 'new_run_id', 'env_info', 'step_key', 'run_step', 'to_jsonable',
-           'from_jsonable', 'StepCache', 'markdown_table', 'beside_paper', 'write_table', 'table_page', 'save_figure',
-           'example_keys', 'example_rows', 'write_examples', 'read_examples', 'latest_run', 'first_sentence',
-           'write_results_readme', 'read_status', 'publishes', 'summary_table', 'fit_precision', 'profile_key',
-           'step_cache_dir', 'reap_stopped_runs', 'run_batch', 'describe', 'main']
+__all__ = ['FREE_TEXT', 'MODEL_PARAMS', 'PACKAGES', 'WHERE_PARAMS', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'STEP_STATES',
+           'STATUS_SCHEMA', 'LOCAL_MARK', 'OUTPUT_KINDS', 'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S',
+           'BatchError', 'read_yaml', 'deep_merge', 'params_dir', 'list_profiles', 'find_profile', 'load_profile',
+           'parse_value', 'apply_overrides', 'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir',
+           'list_experiments', 'notebook_path', 'notebook_parameters', 'make_demo_notebook', 'value_matches',
+           'setting_problems', 'plan', 'new_run_id', 'env_info', 'step_key', 'run_step', 'to_jsonable', 'from_jsonable',
+           'StepCache', 'markdown_table', 'beside_paper', 'write_table', 'table_page', 'save_figure', 'example_keys',
+           'example_rows', 'write_examples', 'read_examples', 'latest_run', 'first_sentence', 'write_results_readme',
+           'read_status', 'publishes', 'summary_table', 'fit_precision', 'profile_key', 'step_cache_dir',
+           'reap_stopped_runs', 'run_batch', 'describe', 'main']
 
 # %% ../../nbs/21_batch.ipynb #3542fcce
 class BatchError(Exception):
@@ -347,13 +347,6 @@ def value_matches(value, annotation: str) -> bool:
 def _describe(v): r = repr(v); return f"{type(v).__name__} {r if len(r) <= 200 else r[:200] + ' ...'}"  # a huge value: its start
 
 MODEL_PARAMS = ('model', 'encoder', 'retriever', 'lm', 'reader')  # names whose value names a model (alias, folder, Hub id)
-SETTING_OF = {'open_temperature': 'temperature'}  # parameters checked against the range of another name of `SETTINGS`
-
-def _setting_problem(k: str, v) -> str | None:
-    "`npm_nb.core.setting_problem` for parameter `k`, under its `SETTINGS` name (`SETTING_OF`) and reported as `k`."
-    from npm_nb.core import setting_problem
-    s = SETTING_OF.get(k, k); why = setting_problem(s, v)
-    return why.replace(f'{s}=', f'{k}=', 1) if why and s != k else why
 
 def setting_problems(params: dict, # one step's parameters
                      decl: dict, # its notebook's parameters (`notebook_parameters`)
@@ -361,7 +354,7 @@ def setting_problems(params: dict, # one step's parameters
     "`(name, why)` of what `npm_nb.core.SETTINGS` and `npm_nb.models` refuse in `params`: the API edge's ranges, models that cannot load."
     from npm_nb.core import setting_problem
     from npm_nb.models import model_problem, model_positions
-    out = [(k, why) for k, v in params.items() if k in decl and (why := _setting_problem(k, v) or
+    out = [(k, why) for k, v in params.items() if k in decl and (why := setting_problem(k, v) or
                                                                 (model_problem(v) if k in MODEL_PARAMS else None))]
     model = params.get('model', params.get('encoder'))
     if model is None and 'model' in decl:
