@@ -850,8 +850,10 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
               f"`results/runs/{status['profile']}/{status['run_id']}/`)",
               f"- **Commit**: `{commit[:12] if commit else 'unknown'}`" + (' (uncommitted changes)' if env.get('git_dirty') else ''),
               f"- **Steps**: " + ', '.join(f"{n} {s['state']}" for n, s in status.get('steps', {}).items())]
-        dev = env.get('device', {})
-        if dev: L.append(f"- **Device**: {dev.get('gpu') or 'CPU'} ({dev.get('cpu_count')} cores visible)")
+        envs = [read_json(f) for f in sorted(Path(run_dir).glob('attempts/env.*.json'), key=lambda f: int(f.stem.split('.')[-1]))] + [env]
+        devs = list(dict.fromkeys(f"{d.get('gpu') or 'CPU'} ({d.get('cpu_count')} cores visible)"
+                                  for e in envs if isinstance(e, dict) and (d := e.get('device'))))   # a run resumed elsewhere: each machine, in order
+        if devs: L.append(f"- **Device**: {', then '.join(devs)}")
     else: L.append('- No batch run found: the tables below were written outside the runner.')
     L += ['- **Scale**: each table states its own (encoder, training steps, corpus tokens, examples) on its page.', '',
           'The paper (Min et al. 2023) trains RoBERTa-large-sized NPM for 100k steps on Wikipedia + CC-News; the numbers '
