@@ -19,8 +19,8 @@ from ..data.blocks import build_blocks, block_phrase, is_punctuation
 # %% auto #0
 __all__ = ['STOPWORDS', 'DOCUMENT_SUFFIXES', 'FORMAT_VERSION', 'MANIFEST_KEYS', 'RACY_SECONDS', 'TOKEN_COLUMNS', 'check_count',
            'encode_blocks', 'stopword_ids', 'stored_positions', 'tokenizer_fingerprint', 'corpus_fingerprint',
-           'DocumentError', 'read_documents', 'Datastore', 'store_fingerprint', 'check_store_record', 'check_model',
-           'verify_store']
+           'DocumentError', 'read_documents', 'Datastore', 'derived', 'store_fingerprint', 'check_store_record',
+           'check_model', 'verify_store']
 
 # %% ../../nbs/10_datastore.ipynb #fdf5a522
 def check_count(name: str, value, lo: int = 1):
@@ -381,7 +381,14 @@ class Datastore:
             self.vec_block, self.vec_pos = np.zeros(0, np.int32), np.zeros(0, np.int16)
             self.block_vec_start, self.blocks, self.docs = np.zeros(1, np.int64), None, None
         self.stop_ids = np.array(m['stop_ids'], np.int64) if m['remove_stopwords'] else None
-        self._texts = None
+        self._texts, self._derived, self.version = None, {}, getattr(self, 'version', 0) + 1  # every (re)open: a new version
+
+    def derived(self, name, # what is derived, e.g. 'token_table' or ('exact_search', 'cpu')
+                make, # makes it from the store as it is now
+               ):
+        "What `make()` derives from this version of the store, made once; `add` and `remove` open a new version."
+        if name not in self._derived: self._derived[name] = make()
+        return self._derived[name]
 
     def __len__(self): return self.manifest['shape'][0]
     def __repr__(self):
@@ -403,6 +410,13 @@ class Datastore:
     def doc_ids(self): return list(self.docs['id']) if self.docs is not None else []
     @property
     def titles(self): return list(self.docs['title']) if self.docs is not None else []
+
+# %% ../../nbs/10_datastore.ipynb #8d801670
+def derived(ds, # a `Datastore` (which keeps the result), or a store-like object (which does not)
+            name, make, # see `Datastore.derived`
+           ):
+    "`ds.derived(name, make)` for a `Datastore`, otherwise `make()`: derived data lives on the store that owns it."
+    return ds.derived(name, make) if hasattr(ds, 'derived') else make()
 
 # %% ../../nbs/10_datastore.ipynb #33e807b7
 def store_fingerprint(ds) -> dict:

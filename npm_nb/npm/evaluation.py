@@ -12,7 +12,7 @@ import numpy as np, pandas as pd, torch
 from ..data.tasks import (normalize_answer, get_task, make_query, with_mask, subsample_indices, MASK,
                                TRANSLATION_TEMPLATE)
 from ..data.fetch import raw_file
-from .datastore import STOPWORDS
+from .datastore import STOPWORDS, derived
 from .inference import (BM25Retriever, block_texts, bm25_query, check_bm25, check_inputs, neighbours,
                                   predict_phrases, similarity, token_distribution, token_table)
 
@@ -524,12 +524,7 @@ def _default_by(df: pd.DataFrame) -> str | None:
 
 def normalized_blocks(ds) -> list:
     "`' ' + normalize_answer(text) + ' '` of every block of `ds` (cached on `ds`)."
-    nb = getattr(ds, '_normalized_blocks', None)
-    if nb is None or len(nb) != len(ds.blocks):
-        nb = [f' {normalize_answer(x)} ' for x in block_texts(ds)]
-        try: ds._normalized_blocks = nb
-        except AttributeError: pass
-    return nb
+    return derived(ds, 'normalized_blocks', lambda: [f' {normalize_answer(x)} ' for x in block_texts(ds)])
 
 def answer_in_blocks(golds, # gold aliases
                      blocks, # block numbers

@@ -13,7 +13,7 @@ import pyarrow as pa
 import torch
 from ..core import atomic_write_json, read_json, folder_checksums, verify_checksums, check_setting
 from ..models import load_encoder, load_tokenizer, check_tokenizer, hidden_size, check_pair, encoder_fingerprint
-from .datastore import Datastore, store_fingerprint, check_store_record, check_model
+from .datastore import Datastore, derived, store_fingerprint, check_store_record, check_model
 from .index import check_index
 from .search import ExactSearch
 
@@ -120,12 +120,7 @@ def exact_searcher(ds, # a `Datastore` (the searcher is kept on it) or an fp16 a
     "The `ExactSearch` of this datastore on `device`, made on first use."
     dev = search_device(device)
     if not hasattr(ds, 'vectors'): return ExactSearch(ds, device=dev, resident=False)
-    cache = getattr(ds, '_exact_search', None)
-    if cache is None or cache.get('n') != len(ds.vectors): cache = {'n': len(ds.vectors)}  # rebuilt after `add`
-    if str(dev) not in cache: cache[str(dev)] = ExactSearch(ds.vectors, device=dev)
-    try: ds._exact_search = cache
-    except AttributeError: pass
-    return cache[str(dev)]
+    return derived(ds, ('exact_search', str(dev)), lambda: ExactSearch(ds.vectors, device=dev))  # anew after add/remove
 
 def exact_search(vectors, # corpus vectors [N, h], e.g. the datastore's fp16 memmap (or a `Datastore`)
                  q, # query vectors [Q, h]
@@ -189,8 +184,9 @@ def _flat_column(blocks, name):
 def token_table(ds, # a `Datastore` (reads `blocks`, `vec_block`, `vec_pos`)
                ) -> TokenTable:
     "The flattened per-token arrays of `ds` (built once, then cached on `ds`)."
-    tt = getattr(ds, '_token_table', None)
-    if tt is not None and len(tt.token) == len(ds.vec_block): return tt
+    return derived(ds, 'token_table', lambda: _token_table(ds))
+
+def _token_table(ds) -> TokenTable:
     blocks = ds.blocks.flatten_indices() if getattr(ds.blocks, '_indices', None) is not None else ds.blocks
     cols = {c: _flat_column(blocks, c)[0] for c in ('doc_index', 'char_start', 'char_end', 'valid_start', 'valid_end')}
     lengths = _flat_column(blocks, 'input_ids')[1]
@@ -206,11 +202,8 @@ def token_table(ds, # a `Datastore` (reads `blocks`, `vec_block`, `vec_pos`)
     real = cols['char_start'] >= 0
     first = np.where(real & (first <= t) & (block[first] == block), first, -1)
     last = np.where(real & (last >= t) & (block[last] == block), last, -1)
-    tt = TokenTable(offsets, block, cols['doc_index'].astype(np.int64), cols['char_start'].astype(np.int64),
-                    cols['char_end'].astype(np.int64), vs, ve, row, token, first, last)
-    try: ds._token_table = tt
-    except AttributeError: pass
-    return tt
+    return TokenTable(offsets, block, cols['doc_index'].astype(np.int64), cols['char_start'].astype(np.int64),
+                      cols['char_end'].astype(np.int64), vs, ve, row, token, first, last)
 
 # %% ../../nbs/13_inference.ipynb #86e625e0
 def candidate_spans(tt: TokenTable, # the datastore's tokens

@@ -13,7 +13,7 @@ import numpy as np, torch
 from ..core import data_dir, results_dir, project_root, atomic_write_json
 from ..models import default_device, encoder_fingerprint
 from ..data.tasks import TASKS, LOCAL_TASKS
-from ..npm.datastore import Datastore
+from ..npm.datastore import Datastore, derived
 from ..npm.inference import (MASK, NPM, neighbours, similarity, block_rows, bm25_query, token_table,
                                   token_distribution, token_strings)
 from .reference import trained_path, reference_datastore, reference_bm25, store_key
@@ -287,15 +287,11 @@ def evidence(ds, # the datastore the phrase came from
 
 def doc_meta(ds) -> tuple[list, list]:
     "`(ids, titles)` of the store's documents, as strings (read once, then cached on the store)."
-    m = getattr(ds, '_explorer_meta', None)
-    if m is None: m = ds._explorer_meta = ([str(d) for d in ds.doc_ids], [str(t or '') for t in ds.titles])
-    return m
+    return derived(ds, 'explorer_meta', lambda: ([str(d) for d in ds.doc_ids], [str(t or '') for t in ds.titles]))
 
 def _doc_number(ds) -> dict:
     "doc id -> document number (cached on the store)."
-    m = getattr(ds, '_explorer_doc_number', None)
-    if m is None: m = ds._explorer_doc_number = {d: i for i, d in enumerate(doc_meta(ds)[0])}
-    return m
+    return derived(ds, 'explorer_doc_number', lambda: {d: i for i, d in enumerate(doc_meta(ds)[0])})
 
 # %% ../../nbs/23_explorer.ipynb #1497af19
 @dataclass
