@@ -1,4 +1,4 @@
-"""The investigation notebooks (nbs/experiments/15-20), each run by papermill on its smoke defaults into a temp results
+"""The investigation notebooks (nbs/experiments/15-22), each run by papermill on its smoke defaults into a temp results
 folder, as the batch runs an experiment: from the repository root, offline. They replace the scripts that used to live in
 results/runs/ (whose READMEs cite them), so each is run by a test and each test reads what it wrote."""
 import json, os
@@ -38,7 +38,7 @@ def smoke_models(tmp_path_factory):
             else: os.environ[k] = v
     return [trained_path('smoke', o) for o in ('npm', 'mlm')]
 
-def test_19_compare_runs(tmp_path, monkeypatch):
+def test_compare_runs_finds_what_bf16_stores_change_against_fp32(tmp_path, monkeypatch):
     "The committed cpu runs, bf16 stores against fp32 stores: what vs_fp32.md records (it needs no data or model)."
     res = run('19_compare_runs', tmp_path, monkeypatch)
     report = (res/'tables'/'19_compare_runs.md').read_text()
@@ -52,7 +52,7 @@ def test_19_compare_runs(tmp_path, monkeypatch):
     assert head.loc['05 open-set NPM lama_geo (macro EM)'].iloc[:2].astype(float).tolist() == [13.8, 13.8]
 
 @needs_data
-def test_18_closed_set_ceiling(tmp_path, monkeypatch, smoke_models):
+def test_closed_set_ceiling_reports_aucs_for_mr_cr_and_amazon(tmp_path, monkeypatch, smoke_models):
     res = run('18_closed_set_ceiling', tmp_path, monkeypatch)
     d = table(res, '18_closed_set_ceiling').set_index('task')
     assert list(d.index) == ['mr', 'cr', 'amazon'] and (d['n'] > 0).all()
@@ -60,7 +60,7 @@ def test_18_closed_set_ceiling(tmp_path, monkeypatch, smoke_models):
     assert ((aucs[~pd.isna(aucs)] >= 0) & (aucs[~pd.isna(aucs)] <= 1)).all()
 
 @needs_data
-def test_17_translation_reading(tmp_path, monkeypatch, smoke_models):
+def test_translation_reading_tables_init_mlm_and_npm_with_a_figure(tmp_path, monkeypatch, smoke_models):
     res = run('17_translation_reading', tmp_path, monkeypatch)
     d = table(res, '17_translation_reading').set_index('model')
     assert list(d.index) == ['MiniLM init', 'smoke profile: MLM, NPM scoring', 'smoke profile: NPM']
@@ -68,14 +68,14 @@ def test_17_translation_reading(tmp_path, monkeypatch, smoke_models):
     assert (res/'figures'/'17_translation_reading.png').exists()
 
 @needs_data
-def test_16_probe_gap(tmp_path, monkeypatch, smoke_models):
+def test_probe_gap_compares_both_samples_and_writes_its_tables(tmp_path, monkeypatch, smoke_models):
     res = run('16_probe_gap', tmp_path, monkeypatch)
     d = table(res, '16_probe_gap')
     assert {"05's sample", "the probe's sample"} <= set(d.examples) and "09's probe (GeoProbe)" in set(d.pipeline)
     assert (res/'tables'/'16_probe_gap_field_line.md').exists() and (res/'tables'/'16_probe_gap_both_retrieved.md').exists()
 
 @needs_data
-def test_15_targets_vs_steps(tmp_path, monkeypatch, smoke_models):
+def test_targets_vs_steps_compares_init_and_smoke_npm_on_open_set_and_temporal(tmp_path, monkeypatch, smoke_models):
     "The init and the smoke NPM through 05 and 06 (their runs are kept in data/cache/targets_vs_steps/smoke and reused)."
     res = run('15_targets_vs_steps', tmp_path, monkeypatch)
     d = table(res, '15_targets_vs_steps').set_index('checkpoint')
@@ -87,7 +87,7 @@ def test_15_targets_vs_steps(tmp_path, monkeypatch, smoke_models):
     assert meta['profile'] == 'smoke' and 'lama_geo EM' in meta['reading']
 
 @needs_data
-def test_20_leaders(tmp_path, monkeypatch, smoke_models):
+def test_leaders_measures_each_cause_of_zero_and_scores_every_fix(tmp_path, monkeypatch, smoke_models):
     "Each cause of the leaders' 0% is measured (casing cannot be one: uncased tokens, case-folding metric) and every fix scored."
     res = run('20_leaders', tmp_path, monkeypatch)
     diag = table(res, '20_leaders_diagnosis').set_index('cause: measure (% of facts)')
@@ -100,7 +100,7 @@ def test_20_leaders(tmp_path, monkeypatch, smoke_models):
     assert fixes.EM.between(0, 100).all()
 
 @needs_data
-def test_21_scoring(tmp_path, monkeypatch, smoke_models):
+def test_scoring_grid_on_dev_then_test_for_at_most_two_settings(tmp_path, monkeypatch, smoke_models):
     "The scoring grid on dev (the paper's setting first, paired differences against it), its figure, then test for two settings only."
     res = run('21_scoring', tmp_path, monkeypatch, agg_sweep='sum,max', temperature_sweep='1,0.25', w_start_sweep='0.5,1.0')
     dev = table(res, '21_scoring_dev')
@@ -113,7 +113,7 @@ def test_21_scoring(tmp_path, monkeypatch, smoke_models):
     assert 1 <= len(test) <= 2 and test.setting.iloc[0].startswith("paper's")
 
 @needs_data
-def test_22_recipe_sweep(tmp_path, monkeypatch):
+def test_recipe_sweep_keeps_rows_stops_an_incomplete_grid_and_reuses_rows(tmp_path, monkeypatch):
     "The sweep at one step a recipe: rows kept per recipe, an incomplete grid stops before test, a later run reads the rows and reads test."
     from dataclasses import fields
     from npm_nb.npm.training import TrainConfig

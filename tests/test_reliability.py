@@ -1,8 +1,9 @@
 """Replays the reliability probe (shared/audits/RELIABILITY.md, issue #10) on tiny data, so its cases stay fixed.
 
-Each test names the probe's case numbers. Every SILENT and LOST case is here (it must now be refused, detected,
-rebuilt or finished), and so is every DEEP case that now gives a clear error. Tiny random-init encoders on the MiniLM
-tokenizer and a handful of documents keep the file fast; nothing needs `data/processed` or a GPU.
+Each test is named by what it checks; the comment above it gives the probe's case numbers (or the round that added it:
+round two, #28; round three, #38), so it can be traced to the audit. Every SILENT and LOST case is here (it must now
+be refused, detected, rebuilt or finished), and so is every DEEP case that now gives a clear error. Tiny random-init
+encoders on the MiniLM tokenizer and a handful of documents keep the file fast; nothing needs `data/processed` or a GPU.
 """
 import json, os, shutil, signal, subprocess, sys, time, warnings
 from pathlib import Path
@@ -66,28 +67,32 @@ def copy(store, tmp_path):
     return lambda name='copy': Path(shutil.copytree(store.path, tmp_path/name))
 
 # ---------------------------------------------------------------- 1. bad inputs to the API
-def test_1_6_to_1_8_query_types(models, store):
+# cases 1.6-1.8 (and 1.1)
+def test_query_with_surrogate_bytes_none_or_no_mask_is_refused(models, store):
     m = models[0]
     raises(lambda: m.predict('Greece is \udcff [MASK].', store), 'not valid text', 'lone surrogate')  # 1.6
     raises(lambda: m.predict(b'Greece is [MASK].', store), 'decode it first', exc=TypeError)  # 1.7
     raises(lambda: m.predict(None, store), 'got NoneType', exc=TypeError)  # 1.8
     raises(lambda: m.predict('no mask', store), 'exactly one [MASK], found 0')  # 1.1 (was clear already)
 
-def test_1_12_1_13_batches(models, store):
+# cases 1.12, 1.13
+def test_empty_batch_gives_empty_results_and_a_bare_string_is_refused(models, store):
     m = models[0]
     assert m.predict_batch([], store) == []  # 1.12
     raises(lambda: m.predict_batch(Q, store), 'list of queries', 'predict(text, ds)', exc=TypeError)  # 1.13
     assert m.closed_set_probs([], store, VERB).shape == (0, 2)
 
+# cases 1.15, 1.18, 1.19, 1.21, 1.22, 1.26
 @pytest.mark.parametrize('kw, part', [(dict(topn=-1), 'topn=-1'), (dict(k=-5), 'k=-5'), (dict(k=0), 'k=0'),
                                       (dict(l_max=0), 'l_max=0'), (dict(l_max=-3), 'l_max=-3'),
                                       (dict(temperature=-1), 'temperature=-1'), (dict(temperature=0), 'temperature=0'),
                                       (dict(temperature=float('nan')), 'temperature=nan'),
                                       (dict(alpha=float('nan')), 'alpha=nan')])
-def test_1_15_to_1_26_numbers(models, store, kw, part):  # 1.15, 1.18, 1.19, 1.21, 1.22, 1.26
+def test_predict_refuses_out_of_range_numbers(models, store, kw, part):
     raises(lambda: models[0].predict(Q, store, **kw), part)
 
-def test_1_23_1_25_closed_set(models, store):
+# cases 1.23, 1.25
+def test_closed_set_refuses_bad_temperature_and_verbalizer_of_strings(models, store):
     m = models[0]
     for T in (-5, 0, float('nan')): raises(lambda: m.closed_set_probs(Q, store, VERB, temperature=T), 'temperature=')  # 1.23
     raises(lambda: m.closed_set_probs(Q, store, {'greece': 'Greece', 'korea': 'Korea'}), "e.g. ['Greece']", exc=TypeError)  # 1.25
@@ -96,19 +101,22 @@ def test_1_23_1_25_closed_set(models, store):
     single = NPM(m.encoder, m.tok, mode='single')
     raises(lambda: single.predict_single(Q, store, topn=-1), 'topn=-1')
 
-def test_1_29_not_a_checkpoint(tmp_path, store):
+# case 1.29
+def test_loading_a_folder_that_is_not_a_model_is_refused(tmp_path, store):
     (tmp_path/'notes.txt').write_text('hello')
     raises(lambda: load_encoder(str(tmp_path)), str(tmp_path), 'config.json + model.safetensors')
     raises(lambda: load_encoder(str(store.path)), 'model folder')  # a datastore folder
 
-def test_1_34_1_35_documents(models, tmp_path):
+# cases 1.34, 1.35
+def test_documents_with_mismatched_ids_or_non_text_rows_are_refused(models, tmp_path):
     m = models[0]
     raises(lambda: m.build_datastore({'text': ['a b', 'c d'], 'id': ['1']}, tmp_path/'x', progress=False),
            "column 'id' has 1 values")
     raises(lambda: m.build_datastore({'text': [1, 2]}, tmp_path/'y', progress=False), "row 0 is int")
 
 # ---------------------------------------------------------------- 2. mismatches
-def test_2_3_store_of_another_encoder(models, store):
+# case 2.3
+def test_store_of_another_encoder_is_refused_and_the_check_is_cheap(models, store):
     trained, ds = models[1], Datastore.load(store.path)  # opened without a model: the old hole
     raises(lambda: trained.predict(Q, ds), 'encoder mismatch')
     raises(lambda: trained.predict_batch([Q], ds), 'encoder mismatch')
@@ -119,7 +127,8 @@ def test_2_3_store_of_another_encoder(models, store):
     for _ in range(100): models[0].predict_batch([], store)
     assert time.perf_counter() - t < 1.0
 
-def test_2_7_2_8_2_11_index_of_another_store(models, store, copy, tmp_path):
+# cases 2.7, 2.8, 2.11
+def test_faiss_index_of_another_or_grown_store_is_refused(models, store, copy, tmp_path):
     m = models[0]
     ix = build_index(store, 'hnsw', progress=False); ix.save(tmp_path/'ixA')  # a FAISS index keeps its vectors (flat is rebuilt from its store)
     other = m.build_datastore({'text': DOCS['text'][:3]}, tmp_path/'B', max_len=32, progress=False)
@@ -130,7 +139,8 @@ def test_2_7_2_8_2_11_index_of_another_store(models, store, copy, tmp_path):
     raises(lambda: m.predict(Q, grown, index=load_index(tmp_path/'ixA')), 'rebuild the index')  # 2.11
     assert m.predict(Q, store, index=load_index(tmp_path/'ixA'), k=8)  # the right store still works
 
-def test_2_9_2_10_bm25_of_another_store(models, store, copy):
+# cases 2.9, 2.10
+def test_foreign_bm25_index_is_refused_and_a_stale_cache_rebuilt(models, store, copy):
     m = models[0]
     other = m.build_datastore({'text': DOCS['text'][:3]}, copy('unused').parent/'B', max_len=32, progress=False)
     raises(lambda: m.predict(Q, other, bm25=BM25Retriever(store)), 'BM25 index was built on another datastore')  # 2.9
@@ -143,20 +153,23 @@ def test_2_9_2_10_bm25_of_another_store(models, store, copy):
     assert [x.text for x in m.predict('The Tiber flows through [MASK].', ds, bm25=fresh, topn=50)]
     assert len(fresh.retrieve('Tiber Rome', 1)) == 1
 
-def test_2_5_tokenizer_mismatch(models, store, tok):
+# case 2.5
+def test_store_opened_with_another_tokenizer_is_refused(models, store, tok):
     t2 = load_tokenizer('minilm'); t2.add_tokens(['zzqx'])
     raises(lambda: Datastore.load(store.path, tok=t2), 'tokenizer mismatch')
 
 # ---------------------------------------------------------------- 3. corruption
+# cases 3.2, 3.3
 @pytest.mark.parametrize('how', ['random', 'nan', 'zeros'])
-def test_3_2_3_3_vectors_bit_rot(copy, how):
+def test_damaged_vectors_are_detected_on_open(copy, how):
     p = copy(how); f = p/'vectors.f16'
     if how == 'zeros': f.write_bytes(b'\0' * f.stat().st_size)
     else: scribble(f, 256, None if how == 'random' else b'\xff')
     raises(lambda: Datastore.load(p), 'changed since they were written', 'build it again')
     assert len(Datastore.load(p, verify=False))  # skipping the check is possible, on request
 
-def test_3_5_to_3_12_store_files(copy):
+# cases 3.1, 3.5-3.13
+def test_damaged_or_missing_store_files_are_named_on_open(copy):
     def edit(p, f): m = json.loads((p/'manifest.json').read_text()); f(m); (p/'manifest.json').write_text(json.dumps(m))
     p = copy('v1'); cut(p/'vectors.f16', 0.5); raises(lambda: Datastore.load(p), 'truncated or missing')  # 3.1
     p = copy('v2'); (p/'vectors.f16').unlink(); raises(lambda: Datastore.load(p, verify=False), 'truncated or missing')
@@ -177,7 +190,8 @@ def test_3_5_to_3_12_store_files(copy):
     p = copy('m11'); cut(arrow(p, 'docs')); raises(lambda: Datastore.load(p), 'content changed')
     p = copy('m12'); scribble(arrow(p, 'blocks'), 64); raises(lambda: Datastore.load(p), 'content changed')  # 3.13
 
-def test_3_14_3_15_bm25_cache(models, copy):
+# cases 3.14, 3.15
+def test_damaged_bm25_cache_is_named_and_rebuilt(models, copy):
     m = models[0]
     for k, damage in enumerate([lambda b: cut(b/'vocab.index.json', 0.5), lambda b: (b/'params.index.json').write_text(''),
                                 lambda b: cut(next(b.glob('*.npy')), 0.5), lambda b: (b/'n_blocks.txt').unlink(),
@@ -190,7 +204,8 @@ def test_3_14_3_15_bm25_cache(models, copy):
         assert any('damaged' in str(x.message) for x in w)
         assert again.retrieve('capital Greece', 3).tolist() == good.retrieve('capital Greece', 3).tolist()
 
-def test_3_17_faiss_files(store, tmp_path):
+# case 3.17
+def test_damaged_faiss_index_files_are_refused(store, tmp_path):
     build_index(store, 'hnsw', progress=False).save(tmp_path/'ix')
     for k, damage in enumerate([lambda d: cut(d/'index.faiss', 0.4), lambda d: (d/'index.faiss').unlink(),
                                 lambda d: (d/'index.json').write_text(''), lambda d: scribble(d/'index.faiss', 16)]):
@@ -232,17 +247,19 @@ def same_weights(a, b):
     x, y = load_file(Path(a)/'model.safetensors'), load_file(Path(b)/'model.safetensors')
     return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
+# cases 3.23-3.25
 @pytest.mark.parametrize('case, damage', [
     ('3.24 weights scribbled', lambda c: scribble(c/'model.safetensors', 4096)),
     ('3.23 trainer state cut', lambda c: cut(c/'trainer_state.pt', 0.5)),
     ('3.25 weights cut', lambda c: cut(c/'model.safetensors', 0.5)),
     ('3.25 config deleted', lambda c: (c/'train_config.json').unlink())])
-def test_3_23_to_3_25_resume_falls_back(run, tok, tmp_path, case, damage):
+def test_resume_falls_back_past_a_damaged_checkpoint(run, tok, tmp_path, case, damage):
     msgs, out = resume_after(damage, run, tok, tmp_path)
     assert any('checkpoint-3' in m and 'resuming from checkpoint-2 instead' in m for m in msgs), msgs
     assert same_weights(out, run[0]), 'resumed from the intact checkpoint: the weights of the clean run'
 
-def test_3_24_no_intact_checkpoint_refuses(run, tok, tmp_path):
+# case 3.24
+def test_resume_without_an_intact_checkpoint_is_refused_until_no_resume(run, tok, tmp_path):
     fin, blocks = run
     d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True)); (d/'final').unlink()
     for c in list_checkpoints(d): scribble(c/'model.safetensors', 4096)
@@ -251,12 +268,14 @@ def test_3_24_no_intact_checkpoint_refuses(run, tok, tmp_path):
                'no intact checkpoint', '--no-resume')
     assert same_weights(train(cfg(d), resume=False, model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False), fin)
 
-def test_3_23_old_checkpoints_without_checksums_still_fall_back(run, tok, tmp_path):
+# case 3.23
+def test_resume_falls_back_past_a_damaged_checkpoint_without_checksums(run, tok, tmp_path):
     def damage(c): (c/CHECKSUMS).unlink(); cut(c/'trainer_state.pt', 0.5)
     msgs, out = resume_after(damage, run, tok, tmp_path)
     assert any('resuming from checkpoint-2' in m for m in msgs) and same_weights(out, run[0])
 
-def test_3_18_to_3_22_loading_a_damaged_checkpoint(run, tmp_path):
+# cases 3.18-3.22
+def test_loading_a_damaged_checkpoint_is_refused(run, tmp_path):
     fin = run[0]
     def bad(name, damage, *parts):
         d = Path(shutil.copytree(fin, tmp_path/name)); damage(d)
@@ -276,7 +295,8 @@ def test_3_18_to_3_22_loading_a_damaged_checkpoint(run, tmp_path):
         (d/CHECKSUMS).unlink()
     bad('nan', nan_weights, 'NaN')
 
-def test_4_8_and_6_4_checkpoint_folder(run, tok, tmp_path):
+# cases 4.8, 6.4
+def test_checkpoint_folder_drops_dead_writers_files_and_refuses_a_second_trainer(run, tok, tmp_path):
     fin, blocks = run
     d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True))
     (d/'.tmp-checkpoint-5-4194000').mkdir(); (d/'.old-checkpoint-2-4194001').mkdir()  # left by dead writers (4.8)
@@ -293,13 +313,15 @@ def test_4_8_and_6_4_checkpoint_folder(run, tok, tmp_path):
     lines = [json.loads(l)['step'] for l in (d/'metrics.jsonl').read_text().splitlines()]
     assert lines == [1, 2, 3, 4], 'nothing logged twice'
 
-def test_2_12_message_names_the_cli_flag(run, tok):
+# case 2.12
+def test_resume_with_a_changed_setting_names_it_and_the_no_resume_flag(run, tok):
     fin, blocks = run
     raises(lambda: train(cfg(fin.parent, lr=5e-4), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False),
            "'lr'", '--no-resume')
 
 # ---------------------------------------------------------------- 4. interruption of datastore commits
-def test_4_2_unfinished_build_refuses_to_open(models, tmp_path):
+# case 4.2
+def test_unfinished_build_refuses_to_open_until_continued(models, tmp_path):
     class Stop(torch.nn.Module):
         def __init__(s, m): super().__init__(); s.m, s.calls, s.config = m, 0, m.config
         def forward(s, **kw):
@@ -316,7 +338,8 @@ def test_4_2_unfinished_build_refuses_to_open(models, tmp_path):
 class Killed(BaseException):
     "Stands for a kill -9 at that instant: nothing after it runs (it is no Exception, so nothing catches it)."
 
-def test_4_3_4_5_crash_inside_the_commit_is_finished(models, store, tmp_path, monkeypatch):
+# cases 4.3, 4.5
+def test_crash_inside_a_commit_is_finished_by_the_next_call(models, store, tmp_path, monkeypatch):
     import npm_nb.npm.datastore as d
     m, p, write = models[0], tmp_path/'c', d.atomic_write_json
     def crash_at(generation):
@@ -337,7 +360,8 @@ def test_4_3_4_5_crash_inside_the_commit_is_finished(models, store, tmp_path, mo
     assert back.doc_ids == DOCS['id'] + MORE['id'] and not (p/'pending').exists()
     assert len(back) == len(Datastore.load(p, m.encoder, m.tok).add(MORE, progress=False))  # and it is not added twice
 
-def test_4_6_add_twice_adds_once(models, copy):
+# case 4.6
+def test_adding_the_same_documents_twice_adds_them_once(models, copy):
     m = models[0]
     ds = Datastore.load(copy('twice'), m.encoder, m.tok)
     ds.add(MORE, progress=False); n = len(ds)
@@ -360,7 +384,8 @@ def ws(tmp_path, monkeypatch):
     return dict(ex=ex, pa=pa, res=tmp_path/'results', data=tmp_path/'data',
                 cli=['--params-dir', str(pa), '--experiments-dir', str(ex)])
 
-def test_5_5_to_5_7_profiles(ws, capsys):
+# cases 5.5-5.7
+def test_dry_run_refuses_bad_values_invalid_yaml_and_a_notebook_list(ws, capsys):
     assert batch_main(['tiny', '--dry-run', '-p', '01_a.steps', '-3'] + ws['cli']) == 2  # 5.5
     assert 'it must be >= 1' in capsys.readouterr().err
     assert batch_main(['tiny', '--dry-run', '-p', '01_a.tasks', 'mr,nosuchtask'] + ws['cli']) == 2
@@ -370,7 +395,8 @@ def test_5_5_to_5_7_profiles(ws, capsys):
     (ws['pa']/'lst.yaml').write_text('notebooks:\n  - 01_a\n')
     assert batch_main(['lst', '--dry-run'] + ws['cli']) == 2 and '`notebooks:` must be a mapping' in capsys.readouterr().err  # 5.7
 
-def test_5_5_real_profiles_declare_rules(capsys):
+# case 5.5
+def test_real_notebooks_declare_rules_for_the_probed_parameters(capsys):
     "The real notebooks declare allowed values for the parameters the probe broke."
     assert batch_main(['smoke', '--dry-run', '-p', '01_train.steps', '-3']) == 2
     assert 'it must be >= 1' in capsys.readouterr().err
@@ -380,12 +406,14 @@ def test_5_5_real_profiles_declare_rules(capsys):
     assert "parameter 'device' = 'cuda:99' is not allowed" in capsys.readouterr().err
     assert batch_main(['smoke', '--dry-run', '-p', '01_train.lr', '.nan']) == 2
 
-def test_5_11_status_cut_short(ws, capsys):
+# case 5.11
+def test_cut_short_status_file_is_named_with_the_new_flag(ws, capsys):
     run = ws['res']/'runs'/'tiny'/'20260101-000000'; run.mkdir(parents=True); (run/'status.json').write_text('{"steps": {')
     assert batch_main(['tiny'] + ws['cli']) != 0
     assert 'status.json is damaged' in (err := capsys.readouterr().err) and '--new' in err
 
-def test_5_9_partial_tables_are_marked(ws):
+# case 5.9
+def test_tables_of_a_failed_step_are_marked_partial(ws):
     "A step that fails after writing a table: the results page says the table is partial (D12)."
     from npm_nb.run.batch import run_batch
     make_demo_notebook(ws['ex']/'02_half.ipynb', "profile: str = 'smoke'  # profile\n",
@@ -397,19 +425,22 @@ def test_5_9_partial_tables_are_marked(ws):
     assert st['steps']['02_half']['state'] == 'failed'
     assert 'partial: written by step 02_half before it failed' in (Path(st['run_dir'])/'README.md').read_text()  # not the committed profile: its run folder's page
 
-def test_5_13_help(capsys):
+# case 5.13
+def test_module_clis_print_help_and_exit_zero(capsys):
     from npm_nb.data import fetch, corpora, tasks; from npm_nb.npm import training
     for mod in (fetch, corpora, tasks, training):
         with pytest.raises(SystemExit) as e: mod.main(['--help'])
         assert e.value.code == 0 and 'usage: ' in capsys.readouterr().out
 
-def test_5_14_training_cli_errors_on_one_line(capsys):
+# case 5.14
+def test_training_cli_error_is_one_line(capsys):
     from npm_nb.npm.training import main as train_main
     with pytest.raises(SystemExit) as e: train_main(['--objective', 'foo'])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and err.startswith("error: objective='foo'") and len(err.splitlines()) == 1
 
-def test_6_2_second_runner_on_the_same_data(ws, capsys):
+# case 6.2
+def test_second_runner_of_a_profile_on_the_same_data_is_refused(ws, capsys):
     "Two runners of one profile with different results folders share its checkpoints and datastores: refused."
     lock = ws['data']/'cache'/'batch-locks'/'tiny'
     holder = subprocess.Popen([PY, '-c', f"from npm_nb.core import hold_lock\nimport time\n"
@@ -421,7 +452,8 @@ def test_6_2_second_runner_on_the_same_data(ws, capsys):
         assert 'its checkpoints and datastores' in capsys.readouterr().err
     finally: holder.kill(); holder.wait()
 
-def test_4_10_sigterm_stops_cleanly(ws):
+# case 4.10
+def test_sigterm_stops_the_runner_cleanly_and_resumably(ws):
     "SIGTERM to the runner mid-step: rc 130, a resumable run, and no ZMQ traceback on the terminal."
     env = {**ENV, 'NPM_NB_RESULTS': str(ws['res']), 'NPM_NB_DATA': str(ws['data'])}
     p = subprocess.Popen([PY, '-u', '-m', 'npm_nb.run.batch', 'tiny'] + ws['cli'], stdout=subprocess.PIPE,
@@ -441,7 +473,8 @@ def test_4_10_sigterm_stops_cleanly(ws):
     assert json.loads((run/'status.json').read_text())['steps']['01_a']['state'] == 'interrupted'
 
 # ---------------------------------------------------------------- 6. concurrency of datastore writers
-def test_6_3_two_builds_of_one_store(models, tmp_path):
+# case 6.3
+def test_second_build_of_a_locked_store_is_refused(models, tmp_path):
     m, p = models[0], tmp_path/'conc'
     holder = subprocess.Popen([PY, '-c', f"from npm_nb.core import hold_lock\nimport time\n"
                                f"with hold_lock({str(p)!r}, 'datastore'): print('held', flush=True); time.sleep(60)"],
@@ -460,7 +493,8 @@ class Planted:
     def __init__(self, path): self.path = str(path)
     def __reduce__(self): return (os.mkdir, (self.path,))
 
-def test_r2_1_planted_trainer_state_does_not_run(run, tok, tmp_path):
+# round two (#28), case 1
+def test_planted_trainer_state_does_not_run_on_resume(run, tok, tmp_path):
     fin, blocks = run
     d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True))
     shutil.rmtree(d/'checkpoint-4'); (d/'final').unlink()
@@ -476,8 +510,9 @@ def test_r2_1_planted_trainer_state_does_not_run(run, tok, tmp_path):
     assert any('not loaded' in m and 'resuming from checkpoint-2' in m for m in msgs), msgs
     assert same_weights(out, fin)
 
+# round two (#28), case 1
 @pytest.mark.parametrize('module, fn', [('npm_nb.baselines.replug', 'lsr_state'), ('npm_nb.baselines.realm_pretraining', 'check_realm_resume')])
-def test_r2_1_other_trainer_states_refuse_pickles(tmp_path, module, fn):
+def test_replug_and_realm_trainer_states_refuse_pickles(tmp_path, module, fn):
     import importlib
     marker = tmp_path/'PWNED'
     torch.save({'step': 1, 'data_fingerprint': 'x', 'extra': Planted(marker)}, tmp_path/'trainer_state.pt')
@@ -486,7 +521,8 @@ def test_r2_1_other_trainer_states_refuse_pickles(tmp_path, module, fn):
     raises(call, 'not loaded', 'could run code')
     assert not marker.exists()
 
-def test_r2_1_bundle_export_refuses_pickles(run, tmp_path):
+# round two (#28), case 1
+def test_checkpoint_export_refuses_a_pickled_trainer_state(run, tmp_path):
     from npm_nb.run.bundle import export_checkpoint
     d = Path(shutil.copytree(run[0].resolve(), tmp_path/'ck')); marker = tmp_path/'PWNED'
     st = torch.load(d/'trainer_state.pt', weights_only=True)
@@ -495,7 +531,8 @@ def test_r2_1_bundle_export_refuses_pickles(run, tmp_path):
     assert not marker.exists()
 
 # ---------------------------------------------------------------- a crash between the last checkpoint and `final`
-def test_r2_2_missing_final_is_linked_on_the_next_call(run, tok, tmp_path):
+# round two (#28), case 2
+def test_npm_training_links_a_missing_final_on_the_next_call(run, tok, tmp_path):
     fin, blocks = run
     d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True)); (d/'final').unlink()  # the crash point
     out = train(cfg(d), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False)
@@ -520,7 +557,8 @@ def finished_then_relinked(out, again):
     assert [p.name for p in list_checkpoints(out)] == cks, 'a checkpoint was written or removed'
     assert file_digests(out/cks[-1]) == before, 'the last checkpoint changed'
 
-def test_r2_2_missing_final_is_linked_replug(tok, tmp_path):
+# round two (#28), case 2
+def test_replug_training_links_a_missing_final_without_training(tok, tmp_path):
     from npm_nb.baselines.replug import DenseRetriever, LSRConfig, train_lsr
     from npm_nb.baselines.lm import CausalLM, tiny_causal_lm
     ps = [dict(id=i, doc_id=i, title='', text=t) for i, t in zip(DOCS['id'], DOCS['text'])]
@@ -532,7 +570,8 @@ def test_r2_2_missing_final_is_linked_replug(tok, tmp_path):
     train_lsr(c, retriever(), lm, ps, qs, progress=False)
     finished_then_relinked(tmp_path/'lsr', lambda: train_lsr(c, retriever(), lm, ps, qs, progress=False))
 
-def test_r2_2_missing_final_is_linked_realm(tok, tmp_path):
+# round two (#28), case 2
+def test_realm_training_links_a_missing_final_without_training(tok, tmp_path):
     from npm_nb.baselines.realm import REALM, Retriever, chunk_documents
     from npm_nb.baselines.realm_pretraining import RealmConfig, realm_examples, train_realm
     chunks = chunk_documents({'text': TOY, 'title': [t.split()[0] for t in TOY]}, tok, chunk_len=24)
@@ -546,7 +585,8 @@ def test_r2_2_missing_final_is_linked_realm(tok, tmp_path):
     finished_then_relinked(tmp_path/'realm', lambda: train_realm(c, ex, chunks, model(), progress=False))
 
 # ---------------------------------------------------------------- what loads as an NPM encoder
-def test_r2_9_causal_and_seq2seq_folders_are_refused(tok, tmp_path):
+# round two (#28), case 9
+def test_causal_and_seq2seq_model_folders_are_refused(tok, tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
     LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                  num_attention_heads=2, num_key_value_heads=2)).save_pretrained(tmp_path/'llama')
@@ -556,7 +596,8 @@ def test_r2_9_causal_and_seq2seq_folders_are_refused(tok, tmp_path):
     for name, why in (('llama', 'a decoder (causal LM)'), ('t5', 'an encoder-decoder model')):
         raises(lambda: NPM.from_pretrained(str(tmp_path/name)), why, 'bidirectional encoder')
 
-def test_r2_9_tokenizer_of_another_model_is_refused(tok):
+# round two (#28), case 9
+def test_tokenizer_of_another_model_is_refused(tok):
     from transformers import BertTokenizerFast
     special = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
     other = BertTokenizerFast(vocab={**{t: i for i, t in enumerate(special)}, **{f'w{i}': i + 5 for i in range(len(tok) - 2_000)}})
@@ -566,23 +607,26 @@ def test_r2_9_tokenizer_of_another_model_is_refused(tok):
     raises(lambda: NPM(tiny_encoder(tok), shifted), 'pads with id')
 
 # ---------------------------------------------------------------- numbers that used to commit garbage or crash FAISS
+# round two (#28), case 3
 @pytest.mark.parametrize('bs', [-1, 0, 2.5])
-def test_r2_3_bad_batch_size_commits_nothing(models, tmp_path, bs):
+def test_bad_batch_size_is_refused_and_commits_nothing(models, tmp_path, bs):
     m = models[0]
     raises(lambda: m.build_datastore(DOCS, tmp_path/'z', max_len=32, batch_size=bs, progress=False), f'batch_size={bs!r}')
     assert not (tmp_path/'z'/'manifest.json').exists() or not json.loads((tmp_path/'z'/'manifest.json').read_text())['parts']
     ds = m.build_datastore(DOCS, tmp_path/'z', max_len=32, progress=False)  # a correct build afterwards really encodes
     assert np.abs(np.asarray(ds.vectors, dtype=np.float32)).sum(1).min() > 0, 'an all-zero row was committed'
 
-def test_r2_3_store_never_commits_unencoded_blocks(models, tmp_path, monkeypatch):
+# round two (#28), case 3
+def test_store_never_commits_unencoded_blocks(models, tmp_path, monkeypatch):
     import npm_nb.npm.datastore as d
     monkeypatch.setattr(d, '_encode_pending', lambda *a, **k: None)  # an encoder loop that wrote nothing
     raises(lambda: models[0].build_datastore(DOCS, tmp_path/'z', max_len=32, progress=False), 'nothing was committed')
 
+# round two (#28), case 4
 @pytest.mark.parametrize('kw, part', [(dict(kind='ivfpq', nlist=0, m=8), 'nlist=0'), (dict(kind='hnsw', hnsw_m=0), 'hnsw_m=0'),
                                       (dict(kind='flat', chunk=-1), 'chunk=-1'), (dict(kind='hnsw', hnsw_m=1), 'hnsw_m=1'),
                                       (dict(kind='ivfpq', m=5), 'must divide'), (dict(kind='ivfpq', m=8, nbits=40), 'nbits=40')])
-def test_r2_4_index_parameters_refused_before_faiss(kw, part):
+def test_bad_index_parameters_are_refused_before_faiss(kw, part):
     # in a child process: before the fix these crashed the interpreter (nlist=0 segfault, hnsw_m=0 abort)
     code = (f"import numpy as np\nfrom npm_nb.npm.index import build_index\nX = np.random.default_rng(0).normal(size=(300, 32)).astype(np.float16)\n"
             f"try: build_index(X, progress=False, **{kw!r})\nexcept ValueError as e: print('CLEAR', e)\nelse: print('BUILT')")
@@ -590,7 +634,8 @@ def test_r2_4_index_parameters_refused_before_faiss(kw, part):
     assert r.returncode == 0 and 'CLEAR' in r.stdout and part in r.stdout, (r.returncode, r.stdout, r.stderr[-500:])
 
 # ---------------------------------------------------------------- full and read-only disks
-def test_r2_6_full_disk_is_a_clear_error_before_encoding(models, tmp_path, monkeypatch):
+# round two (#28), case 6
+def test_full_disk_is_refused_before_encoding(models, tmp_path, monkeypatch):
     import npm_nb.core as s
     monkeypatch.setattr(s, 'free_bytes', lambda folder: 1 << 20)  # 1 MiB free
     msg = raises(lambda: models[0].build_datastore(DOCS, tmp_path/'full', max_len=32, progress=False), 'not enough disk space')
@@ -598,7 +643,8 @@ def test_r2_6_full_disk_is_a_clear_error_before_encoding(models, tmp_path, monke
     monkeypatch.undo()
     assert len(models[0].build_datastore(DOCS, tmp_path/'full', max_len=32, progress=False))  # room again: it builds
 
-def test_r2_6_disk_filling_between_check_and_allocation(tmp_path, monkeypatch):
+# round two (#28), case 6
+def test_disk_filling_between_check_and_allocation_is_named(tmp_path, monkeypatch):
     "The free-space check passes, then the disk fills before the file is allocated: still a clear error, not a Bus error later."
     import errno
     import npm_nb.core as s
@@ -609,7 +655,8 @@ def test_r2_6_disk_filling_between_check_and_allocation(tmp_path, monkeypatch):
     monkeypatch.setattr(s.os, 'posix_fallocate', unsupported)   # a file system without fallocate: the size, as before
     assert s.reserve_space(tmp_path/'w.bin', 1 << 20).stat().st_size == 1 << 20
 
-def test_r2_7_unfinishable_commit_does_not_block_readers(models, store, tmp_path, monkeypatch):
+# round two (#28), case 7
+def test_unfinishable_commit_does_not_block_readers(models, store, tmp_path, monkeypatch):
     import npm_nb.npm.datastore as d
     m, p, write = models[0], tmp_path/'ro', d.atomic_write_json
     ds = m.build_datastore(DOCS, p, max_len=32, progress=False); n0 = len(ds)
@@ -629,11 +676,13 @@ def test_r2_7_unfinishable_commit_does_not_block_readers(models, store, tmp_path
     assert Datastore.load(p).doc_ids == DOCS['id'] + MORE['id']  # with room again, the next open finishes the add
 
 # ---------------------------------------------------------------- documents in other shapes
-def test_r2_surrogate_in_documents_is_named(models, tmp_path):
+# round two (#28)
+def test_surrogate_in_a_document_is_named(models, tmp_path):
     raises(lambda: models[0].build_datastore({'text': ['fine', 'bad \udcff byte'], 'id': ['a', 'b']}, tmp_path/'s',
                                              max_len=32, progress=False), "document 'b'", 'lone surrogate')
 
-def test_r2_documents_as_generator_list_or_dicts(models, tmp_path):
+# round two (#28)
+def test_documents_as_generator_list_or_dicts_build_the_same_store(models, tmp_path):
     m = models[0]
     a = m.build_datastore((t for t in DOCS['text']), tmp_path/'g', max_len=32, progress=False)
     b = m.build_datastore(list(DOCS['text']), tmp_path/'l', max_len=32, progress=False)
@@ -643,13 +692,15 @@ def test_r2_documents_as_generator_list_or_dicts(models, tmp_path):
     raises(lambda: m.build_datastore([1, 2], tmp_path/'y', max_len=32, progress=False), 'all be strings or all dicts')
 
 # ---------------------------------------------------------------- every parameter has a rule; profiles say what they mean
-def test_r2_8_every_parameter_has_a_rule():
+# round two (#28), case 8
+def test_every_experiment_parameter_has_a_rule():
     "A new numeric or list parameter without a rule (comment or implied) fails here, so --dry-run checks every value."
     from npm_nb.run.batch import list_experiments, notebook_parameters, notebook_path, FREE_TEXT
     missing = [f'{n}.{k} ({v["type"]})' for n in list_experiments() for k, v in notebook_parameters(notebook_path(n)).items()
                if not v.get('rule') and v['type'] != 'bool' and k not in FREE_TEXT]
     assert not missing, f'parameters without a rule: {missing}'
 
+# round two (#28), case 8
 @pytest.mark.parametrize('name, value, part', [
     ('01_train.grad_accum', '0', 'must be >= 1'), ('01_train.weight_decay', '-0.1', 'must be >= 0'),
     ('01_train.heldout', '1.5', 'between 0 and 1'), ('05_open_set.l_max', '0', 'must be >= 1'),
@@ -657,26 +708,29 @@ def test_r2_8_every_parameter_has_a_rule():
     ('03_index_benchmark.ef_sweep', '16,abc', "'abc' is not a number"), ('04_closed_set.max_tokens', '-5', 'must be >= 0'),
     ('07_translation.n_per_lang', '-1', 'must be >= 0'), ('12b_replug_tasks.weighting', 'unifrom', "did you mean 'uniform'"),
     ('05_open_set.open_temperature', '0', 'must be > 0'), ('01_train.lr', '0', 'must be > 0')])
-def test_r2_8_impossible_values_without_a_rule_comment(capsys, name, value, part):
+def test_dry_run_refuses_impossible_values(capsys, name, value, part):
     assert batch_main(['smoke', '--dry-run', '-p', name, value]) == 2
     assert part in capsys.readouterr().err
 
-def test_r2_8_zero_means_all_where_the_help_says_so(capsys):
+# round two (#28), case 8
+def test_zero_is_accepted_where_it_means_all(capsys):
     assert batch_main(['smoke', '--dry-run', '-p', '07_translation.n_per_lang', '0', '-p', '06_temporal.n_countries', '0']) == 0
 
+# round two (#28), case 10
 @pytest.mark.parametrize('text, part', [
     ('notebooks:\n  01_a: {enabled: "no"}\n', 'write `enabled: true` or `enabled: false`'),
     ('notebooks:\n  01_a: {enabled: 0}\n', 'write `enabled: true` or `enabled: false`'),
     ('params:\n  stesp: 3\nnotebooks:\n  01_a: {}\n', "shared parameter 'stesp' is declared by no experiment notebook; did you mean 'steps'"),
     ('params:\n  steps: 3\n  steps: 4\nnotebooks:\n  01_a: {}\n', "duplicate key 'steps' (first on line 2)"),
     ('notebooks:\n  01_a: {}\n  01_a: {enabled: false}\n', "duplicate key '01_a'")])
-def test_r2_10_profiles_mean_what_they_say(ws, capsys, text, part):
+def test_profile_with_non_bool_enabled_unknown_or_duplicate_keys_is_refused(ws, capsys, text, part):
     (ws['pa']/'p.yaml').write_text(text)
     assert batch_main(['p', '--dry-run'] + ws['cli']) == 2
     assert part in capsys.readouterr().err
 
 # ---------------------------------------------------------------- round three (#38): a damaged store is seen on every open
-def test_r3_bit_flip_seen_on_every_open(copy, monkeypatch):
+# round three (#38)
+def test_bit_flip_is_seen_on_every_open(copy, monkeypatch):
     import npm_nb.npm.datastore as d
     p = copy('flip'); f = p/'vectors.f16'
     time.sleep(d.RACY_SECONDS + 0.1)  # the copy's files are no longer "racily" new: a verification is remembered
@@ -691,7 +745,8 @@ def test_r3_bit_flip_seen_on_every_open(copy, monkeypatch):
     with open(f, 'r+b') as h: h.seek(100); h.write(b)  # repaired: opens again
     assert len(Datastore(p))
 
-def test_r3_bit_flip_with_its_mtime_set_back_is_seen(copy):
+# round three (#38)
+def test_bit_flip_with_its_mtime_set_back_is_seen(copy):
     import npm_nb.npm.datastore as d
     p = copy('flip2'); f = p/'vectors.f16'
     time.sleep(d.RACY_SECONDS + 0.1); Datastore(p)
@@ -700,7 +755,8 @@ def test_r3_bit_flip_with_its_mtime_set_back_is_seen(copy):
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # the mtime as it was: the ctime still moved
     raises(lambda: Datastore(p), 'changed since they were written')
 
-def test_r3_a_store_changed_just_after_its_check_is_checked_again(copy):
+# round three (#38)
+def test_store_changed_just_after_its_check_is_checked_again(copy):
     "Within RACY_SECONDS of a change the timestamps cannot tell a second change: such a check is not remembered."
     p = copy('racy'); f = p/'vectors.f16'
     Datastore(p)  # the copy is new: verified, not remembered
@@ -709,8 +765,9 @@ def test_r3_a_store_changed_just_after_its_check_is_checked_again(copy):
     raises(lambda: Datastore(p), 'changed since they were written')
 
 # ---------------------------------------------------------------- round three: paths that are links
+# round three (#38)
 @pytest.mark.parametrize('kind', ['symlink', 'hardlink'])
-def test_r3_lock_file_that_is_a_link_is_not_followed(tmp_path, kind):
+def test_lock_file_that_is_a_link_is_not_followed(tmp_path, kind):
     outside = tmp_path/'precious.txt'; outside.write_text('keep me\n')
     folder = tmp_path/'store'; folder.mkdir()
     (folder/'.lock').symlink_to(outside) if kind == 'symlink' else os.link(outside, folder/'.lock')
@@ -719,7 +776,8 @@ def test_r3_lock_file_that_is_a_link_is_not_followed(tmp_path, kind):
     (folder/'.lock').unlink()
     with hold_lock(folder, 'datastore'): pass  # a plain lock file again: it locks
 
-def test_r3_links_and_unreadable_folders_in_an_input_folder_are_named(tmp_path):
+# round three (#38)
+def test_links_and_unreadable_folders_in_an_input_folder_are_named(tmp_path):
     from npm_nb.npm.datastore import read_documents, DocumentError
     outside = tmp_path/'outside'; outside.mkdir(); (outside/'secret.txt').write_text('a secret outside the folder')
     d = tmp_path/'docs'; (d/'sub').mkdir(parents=True)
@@ -744,15 +802,17 @@ def test_r3_links_and_unreadable_folders_in_an_input_folder_are_named(tmp_path):
     assert any('locked' in str(x.message) and 'cannot be read' in str(x.message) for x in w)
 
 # ---------------------------------------------------------------- round three: numeric settings, one table for the API and --dry-run
+# round three (#38)
 @pytest.mark.parametrize('kw, part', [(dict(l_max=10**6), 'l_max=1000000: use a whole number from 1 to 512'),
                                       (dict(temperature=1e-300), 'temperature=1e-300: use a finite number from 0.001'),
                                       (dict(temperature=True), 'temperature=True'), (dict(temperature=float('inf')), 'temperature=inf'),
                                       (dict(l_max=True), 'l_max=True')])
-def test_r3_settings_at_the_api_edge(models, store, kw, part):
+def test_api_refuses_out_of_range_settings(models, store, kw, part):
     raises(lambda: models[0].predict(Q, store, **kw), part)
     if 'temperature' in kw: raises(lambda: models[0].closed_set_probs(Q, store, VERB, **kw), part)
 
-def test_r3_phrase_growth_stops_when_no_longer_phrase_exists(models, store):
+# round three (#38)
+def test_phrase_growth_stops_when_no_longer_phrase_exists(models, store):
     from npm_nb.npm.inference import token_table, candidate_spans
     tt = token_table(store); seeds = np.arange(len(tt.token))
     t = time.perf_counter(); f, l = candidate_spans(tt, seeds, seeds, l_max=10**6)  # below the API edge: no range check
@@ -760,7 +820,8 @@ def test_r3_phrase_growth_stops_when_no_longer_phrase_exists(models, store):
     f2, l2 = candidate_spans(tt, seeds, seeds, l_max=64)  # blocks of 32 tokens: the same phrases
     assert sorted(zip(f.tolist(), l.tolist())) == sorted(zip(f2.tolist(), l2.tolist()))
 
-def test_r3_block_lengths_at_the_api_edge(models, tmp_path):
+# round three (#38)
+def test_block_length_outside_the_encoders_range_is_refused(models, tmp_path):
     m = models[0]
     raises(lambda: m.build_datastore(DOCS, tmp_path/'a', max_len=3, progress=False), 'max_len=3: use a whole number from 8')
     n = m.encoder.config.max_position_embeddings
@@ -768,6 +829,7 @@ def test_r3_block_lengths_at_the_api_edge(models, tmp_path):
     raises(lambda: TrainConfig(max_len=3), 'max_len=3')
     assert not (tmp_path/'b'/'manifest.json').exists()
 
+# round three (#38)
 @pytest.mark.parametrize('name, value, part', [
     ('05_open_set.l_max', '1000000', 'l_max=1000000: use a whole number from 1 to 512'),
     ('04_closed_set.temperature', '1e-300', 'temperature=1e-300: use a finite number from 0.001'),
@@ -778,11 +840,12 @@ def test_r3_block_lengths_at_the_api_edge(models, tmp_path):
     ('01_train.model', '/no/such/checkpoint', 'no model folder /no/such/checkpoint'),
     ('05_open_set.rows', 'npm,nosuchrow', "'nosuchrow' is not one of the allowed values"),
     ('04_closed_set.rows', 'npm,mlm_fuzy', "did you mean 'mlm_fuzzy'"), ('07_translation.rows', 'npm,single', "'single' is not one of")])
-def test_r3_dry_run_checks_the_same_ranges(capsys, name, value, part):
+def test_dry_run_refuses_out_of_range_settings(capsys, name, value, part):
     assert batch_main(['smoke', '--dry-run', '-p', name, value]) == 2
     assert part in capsys.readouterr().err
 
-def test_r3_dry_run_and_api_share_one_table(monkeypatch, capsys, models, store):
+# round three (#38)
+def test_dry_run_and_api_share_one_table_of_ranges(monkeypatch, capsys, models, store):
     "A range changed in npm_nb.core.SETTINGS changes what both refuse: the two cannot drift apart."
     import npm_nb.core as core
     monkeypatch.setitem(core.SETTINGS, 'l_max', ('int', 1, 5, 'a narrower range'))
@@ -791,7 +854,8 @@ def test_r3_dry_run_and_api_share_one_table(monkeypatch, capsys, models, store):
     raises(lambda: models[0].predict(Q, store, l_max=6), 'l_max=6: use a whole number from 1 to 5')
 
 # ---------------------------------------------------------------- round three: documents in other shapes, documents of any length
-def test_r3_dataframe_of_documents(models, tmp_path):
+# round three (#38)
+def test_dataframe_of_documents_builds_from_its_rows(models, tmp_path):
     import pandas as pd
     m = models[0]
     ds = m.build_datastore(pd.DataFrame(DOCS), tmp_path/'df', max_len=32, progress=False)
@@ -799,7 +863,8 @@ def test_r3_dataframe_of_documents(models, tmp_path):
     raises(lambda: m.build_datastore(pd.DataFrame({'body': DOCS['text']}), tmp_path/'x', max_len=32, progress=False),
            "needs a 'text' column", "['body']")
 
-def test_r3_a_huge_document_is_tokenized_in_windows(tok, monkeypatch):
+# round three (#38)
+def test_huge_document_is_tokenized_in_windows(tok, monkeypatch):
     "One enormous line is never handed to the tokenizer whole (its offsets and encodings took gigabytes); the blocks are the same."
     import npm_nb.data.blocks as b
     text = ' '.join(DOCS['text'] * 40) + '\nSeoul ' * 30  # 2.6k characters, windows of 300
@@ -813,7 +878,8 @@ def test_r3_a_huge_document_is_tokenized_in_windows(tok, monkeypatch):
     assert cut.to_dict() == whole.to_dict()
 
 # ---------------------------------------------------------------- round three: an empty store; a full disk and `ulimit -f` while saving
-def test_r3_store_without_vectors(models, tmp_path):
+# round three (#38)
+def test_predicting_from_a_store_without_vectors_is_refused_with_the_reason(models, tmp_path):
     m = models[0]
     empty = m.build_datastore({'text': ['the of and .', 'a the .']}, tmp_path/'e', max_len=32, remove_stopwords=True, progress=False)
     assert len(empty) == 0
@@ -822,7 +888,8 @@ def test_r3_store_without_vectors(models, tmp_path):
         raises(f, 'holds no vectors', 'stopword')
     raises(lambda: BM25Retriever(empty), 'BM25 has nothing to index')
 
-def test_r3_full_disk_while_saving_is_named(run, tmp_path, monkeypatch):
+# round three (#38)
+def test_full_disk_while_saving_is_named(run, tmp_path, monkeypatch):
     "torch.save's 'unexpected pos' and FAISS's fwrite failure on a full disk become one sentence naming the file."
     import npm_nb.core as core, npm_nb.npm.training as tr
     monkeypatch.setattr(core, 'free_bytes', lambda folder: 1 << 20)
@@ -839,8 +906,9 @@ def test_r3_full_disk_while_saving_is_named(run, tmp_path, monkeypatch):
     X = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float16)
     raises(lambda: build_index(X, 'hnsw', progress=False).save(tmp_path/'ix'), 'index.faiss', 'is full', exc=OSError)
 
+# round three (#38)
 @pytest.mark.parametrize('what', ['bytes', 'index'])
-def test_r3_file_size_limit_is_named(tmp_path, what):
+def test_file_size_limit_is_named(tmp_path, what):
     "Under `ulimit -f` a write fails with EFBIG (Python ignores SIGXFSZ): a sentence naming the file and the limit."
     body = {'bytes': f"from npm_nb.core import atomic_write_bytes\natomic_write_bytes({str(tmp_path/'big.bin')!r}, b'x' * (4 << 20))",
             'index': "import numpy as np\nfrom npm_nb.npm.index import build_index\n"
@@ -853,7 +921,8 @@ def test_r3_file_size_limit_is_named(tmp_path, what):
     assert last.startswith('OSError: ') and 'file size limit' in last and 'ulimit -f' in last, last
     assert ('big.bin' if what == 'bytes' else 'index.faiss') in last, last
 
-def test_r3_results_folder_lock_that_is_a_link_is_not_truncated(ws, capsys):
+# round three (#38)
+def test_results_folder_lock_that_is_a_link_is_not_truncated(ws, capsys):
     "The batch runner's lock on a results folder (a folder that bundles are collected into) follows the same rule."
     outside = ws['res'].parent/'precious.txt'; outside.write_text('keep me\n')
     folder = ws['res']/'runs'/'p'; folder.mkdir(parents=True, exist_ok=True); (folder/'.lock').symlink_to(outside)
@@ -862,9 +931,10 @@ def test_r3_results_folder_lock_that_is_a_link_is_not_truncated(ws, capsys):
     assert 'symbolic link' in capsys.readouterr().err and outside.read_text() == 'keep me\n'
 
 # ---------------------------------------------------------------- #38: run records and profiles from files
+# issue #38
 @pytest.mark.parametrize('body, part', [('{"profile": "tiny"}', 'has no `steps`'), ('{"steps": []}', '`steps` must be a mapping, not a list'),
                                         ('{"steps": null}', 'not null'), ('{"steps": {"01_a": {"state": "odd"}}}', '`steps.01_a.state`')])
-def test_38_status_schema(ws, capsys, body, part):
+def test_status_file_that_is_no_run_record_is_named(ws, capsys, body, part):
     "A status.json that parses but is no run record: a sentence naming the file and the command that recovers."
     run = ws['res']/'runs'/'tiny'/'20260101-000000'; run.mkdir(parents=True); (run/'status.json').write_text(body)
     (run/'.started-here').touch()
@@ -873,7 +943,8 @@ def test_38_status_schema(ws, capsys, body, part):
     assert 'status.json is damaged' in err and part in err and 'python -m npm_nb.run.batch tiny --new' in err and 'Traceback' not in err, err
 
 
-def test_38_killed_run_behind_a_finished_one_is_not_running_forever(ws, capsys):
+# issue #38
+def test_killed_run_behind_a_finished_one_is_marked_interrupted(ws, capsys):
     "A run killed mid-step whose id sorts before a finished run's (the clock was behind): marked interrupted, not `running`."
     from npm_nb.run.batch import run_batch
     runs = ws['res']/'runs'/'quick'
@@ -889,7 +960,8 @@ def test_38_killed_run_behind_a_finished_one_is_not_running_forever(ws, capsys):
     assert 'marked interrupted' in capsys.readouterr().out
 
 
-def test_38_profile_aliases_and_wrong_types(ws, capsys):
+# issue #38
+def test_profile_with_nested_aliases_or_wrong_types_is_refused(ws, capsys):
     "Nested YAML aliases in a parameter are refused at once (a short message); `after: 5` is a sentence, not a TypeError."
     import time as _t
     bomb = 'a: &a [x, x, x, x, x, x, x, x, x]\n' + ''.join(f'{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n'
@@ -906,7 +978,8 @@ def test_38_profile_aliases_and_wrong_types(ws, capsys):
     assert 'notebooks.01_a.after is 5 (int)' in err and 'Traceback' not in err, err
 
 
-def test_38_read_only_runs_folder(ws, capsys, monkeypatch):
+# issue #38
+def test_read_only_runs_folder_is_named_with_the_fix(ws, capsys, monkeypatch):
     "A runs folder that cannot be written (read-only copy, mounted archive): a sentence naming the folder and the fix."
     from npm_nb.run import batch
     def refuse(folder, profile=None): raise PermissionError(13, 'Permission denied', str(folder/'.lock'))
