@@ -4,7 +4,7 @@
 
 # %% ../../nbs/13_inference.ipynb #6db4992a
 from __future__ import annotations
-import math, re, warnings, json
+import math, re, unicodedata, warnings, json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,19 +13,19 @@ import pyarrow as pa
 import torch
 from ..core import atomic_write_json, read_json, folder_checksums, verify_checksums, check_setting
 from ..models import load_encoder, load_tokenizer, check_tokenizer, hidden_size, check_pair, encoder_fingerprint
-from .datastore import Datastore, derived, store_fingerprint, check_store_record, check_model
+from .datastore import STOPWORDS, Datastore, derived, store_fingerprint, check_store_record, check_model
 from .index import check_index
 from .search import ExactSearch
 
 # %% auto #0
-__all__ = ['MASK', 'AGGREGATIONS', 'SIDES', 'WH_WORDS', 'BM25_STEMMER', 'check_query', 'query_ids', 'encode_queries',
-           'similarity', 'search_device', 'exact_searcher', 'exact_search', 'rescore', 'neighbours', 'TokenTable',
-           'token_table', 'candidate_spans', 'span_probs', 'phrase_texts', 'occurrence_scores', 'aggregate_phrases',
-           'Prediction', 'snippet', 'predict_phrases', 'WordTable', 'word_table', 'token_string_table', 'token_strings',
-           'token_distribution', 'neighbour_word_ids', 'neighbour_words', 'label_mass', 'label_probs', 'bm25_query',
-           'block_texts', 'check_bm25', 'bm25_stemmer', 'BM25Retriever', 'block_rows', 'is_uncased', 'NPM',
-           'check_search_args', 'as_queries', 'check_verbalizers', 'check_inputs', 'drawable', 'block_span_probs',
-           'plot_span_evidence']
+__all__ = ['MASK', 'AGGREGATIONS', 'SPAN_RULES', 'SIDES', 'WH_WORDS', 'BM25_STEMMER', 'ALPHA_MAX', 'check_query', 'query_ids',
+           'encode_queries', 'similarity', 'search_device', 'exact_searcher', 'exact_search', 'rescore', 'neighbours',
+           'TokenTable', 'token_table', 'candidate_spans', 'span_probs', 'phrase_texts', 'occurrence_scores',
+           'aggregate_phrases', 'is_marks', 'junk_tokens', 'span_allowed', 'Prediction', 'snippet', 'predict_phrases',
+           'WordTable', 'word_table', 'token_string_table', 'token_strings', 'token_distribution', 'neighbour_word_ids',
+           'neighbour_words', 'label_mass', 'label_probs', 'bm25_query', 'block_texts', 'check_bm25', 'bm25_stemmer',
+           'BM25Retriever', 'block_rows', 'is_uncased', 'NPM', 'check_search_args', 'as_queries', 'check_verbalizers',
+           'check_inputs', 'drawable', 'block_span_probs', 'plot_span_evidence']
 
 # %% ../../nbs/13_inference.ipynb #010f8067
 def check_query(text) -> str:
@@ -292,6 +292,41 @@ def aggregate_phrases(strings: list, # one string per span occurrence
     r = np.argsort(-final, kind='stable')                # equal scores: the string seen first first
     return best[r], final[r], count[r]
 
+# %% ../../nbs/13_inference.ipynb #b2junk02
+SPAN_RULES = ('content', 'reference', 'any')  # which candidate phrases may be answers (see `span_allowed`)
+
+def is_marks(s: str) -> bool:
+    "True when `s` is non-empty and every character is punctuation or a symbol (Unicode P* or S*: `.`, `=`, `$`, `>`)."
+    s = s.strip()
+    return bool(s) and all(unicodedata.category(c)[0] in 'PS' for c in s)
+
+def junk_tokens(ds) -> np.ndarray:
+    "[T] True for each corpus token that is a whole-word stopword (`STOPWORDS`) or only punctuation and symbols (cached)."
+    tt = token_table(ds)
+    if getattr(tt, '_junk', None) is not None: return tt._junk
+    out, stop, seen = np.zeros(len(tt.doc), bool), set(STOPWORDS), {}
+    real = np.flatnonzero(tt.char_start >= 0); whole = (tt.valid_start & tt.valid_end)[real]
+    last, text = -1, ''
+    for t, d, a, b, w in zip(real.tolist(), tt.doc[real].tolist(), tt.char_start[real].tolist(),
+                             tt.char_end[real].tolist(), whole.tolist()):
+        if d != last: last, text = d, ds.texts[d]
+        s = text[a:b]; key = (s, w)
+        if key not in seen: seen[key] = (w and s.lower() in stop) or is_marks(s)
+        out[t] = seen[key]
+    tt._junk = out
+    return out
+
+def span_allowed(ds, tt: TokenTable, first, last, # candidate spans (token numbers)
+                 rule: str = 'content', # 'content': not only junk; 'reference': no junk inside; 'any': all
+                ) -> np.ndarray:
+    "Mask of the spans that `rule` keeps as answers (junk: a stopword, or punctuation and symbols only; `junk_tokens`)."
+    if rule not in SPAN_RULES: raise ValueError(f"span_rule={rule!r}: use one of {SPAN_RULES} ('content': the default)")
+    first, last = np.asarray(first, np.int64), np.asarray(last, np.int64)
+    if rule == 'any' or not len(first): return np.ones(len(first), bool)
+    c = np.concatenate([[0], np.cumsum(junk_tokens(ds))])
+    n = c[last + 1] - c[first]  # junk tokens in each span
+    return n < last - first + 1 if rule == 'content' else n == 0
+
 # %% ../../nbs/13_inference.ipynb #a467b5ae
 @dataclass
 class Prediction:
@@ -332,6 +367,7 @@ def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vector
                     device=None, # where similarities are computed (see `search_device`)
                     agg: str = 'sum', # a string's score: 'sum' over its occurrences (the paper's) or 'max' (its best one)
                     w_start: float = 0.5, # weight of P_start in an occurrence's score (0.5: the paper's P_start + P_end)
+                    span_rule: str = 'content', # which phrases may be answers: 'content', 'reference' or 'any' (`span_allowed`)
                    ) -> list[Prediction]:
     "The top-n phrases for one query from its start and end neighbours (App. A.1)."
     tt = token_table(ds)
@@ -339,6 +375,7 @@ def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vector
     start_rows, start_scores = np.asarray(start_rows)[ok_s], np.asarray(start_scores)[ok_s]
     end_rows, end_scores = np.asarray(end_rows)[ok_e], np.asarray(end_scores)[ok_e]
     f, l = candidate_spans(tt, tt.token[start_rows], tt.token[end_rows], l_max)
+    keep = span_allowed(ds, tt, f, l, span_rule); f, l = f[keep], l[keep]
     if not len(f): return []
     ps, pe = span_probs(ds, tt, q_start, q_end, f, l, start_scores, end_scores, temperature, device)
     best, final, count = aggregate_phrases(phrase_texts(ds, tt, f, l), occurrence_scores(ps, pe, w_start), l - f + 1, alpha,
@@ -654,7 +691,10 @@ class NPM:
 # %% ../../nbs/13_inference.ipynb #ce68fc9f
 def _is_int(v): return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
-def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=None, restrict_k=None, agg=None, w_start=None):
+ALPHA_MAX = 10  # |α| above this overflows: 512 tokens ** 114 is already inf in float64; the paper uses 0 to 3
+
+def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=None, restrict_k=None, agg=None, w_start=None,
+                      span_rule=None):
     "Raise a clear error naming the fix for a search parameter that makes no sense (`None` is not checked)."
     for name, v, lo, eg in (('k', k, 1, 'k=4096 (more than the store holds is fine)'), ('topn', topn, 0, 'topn=5'),
                             ('restrict_k', restrict_k, 0, 'restrict_k=3')):
@@ -662,8 +702,13 @@ def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=Non
             raise ValueError(f"{name}={v!r}: use an integer >= {lo}, e.g. {eg}")
     for name, v in (('l_max', l_max), ('temperature', temperature)):  # the ranges of `npm_nb.core.SETTINGS`
         if v is not None: check_setting(name, v)
-    if alpha is not None and not (isinstance(alpha, (int, float, np.number)) and math.isfinite(alpha)):
-        raise ValueError(f"alpha={alpha!r}: use a finite number (0 = no length bonus)")
+    if alpha is not None and not (isinstance(alpha, (int, float, np.number)) and not isinstance(alpha, (bool, np.bool_))
+                                  and math.isfinite(alpha) and abs(alpha) <= ALPHA_MAX):
+        raise ValueError(f"alpha={alpha!r}: use a number from -{ALPHA_MAX} to {ALPHA_MAX} (score × length^α; 0 = no length "
+                         "bonus, the paper uses 0, 0.5 and 1, and up to 3 for translation): a larger one makes every score "
+                         "overflow to inf")
+    if span_rule is not None and span_rule not in SPAN_RULES:
+        raise ValueError(f"span_rule={span_rule!r}: use one of {SPAN_RULES} ('content': the default)")
     if agg is not None and agg not in AGGREGATIONS: raise ValueError(f"agg={agg!r}: use one of {AGGREGATIONS} (sum: the paper's)")
     if w_start is not None and not (isinstance(w_start, (int, float, np.number)) and 0 <= w_start <= 1):
         raise ValueError(f"w_start={w_start!r}: use a number in [0, 1] (0.5: the paper's P_start + P_end)")
@@ -713,15 +758,16 @@ def _predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
                    batch_size: int = 32,
                    agg: str = 'sum', # a string's score: 'sum' over its occurrences (the paper's) or 'max'
                    w_start: float = 0.5, # weight of P_start (0.5: the paper's P_start + P_end; 1: starts only)
+                   span_rule: str = 'content', # which phrases may be answers (see `span_allowed`)
                   ) -> list[list[Prediction]]:
     "Top-n phrases with provenance for each query."
     if self.mode != 'npm': raise ValueError("phrase prediction needs mode='npm'; for NPM-single use predict_single")
-    texts = as_queries(texts); check_search_args(k, topn, l_max, temperature, alpha, restrict_k, agg, w_start)
+    texts = as_queries(texts); check_search_args(k, topn, l_max, temperature, alpha, restrict_k, agg, w_start, span_rule)
     check_inputs(self, ds, index, bm25)
     if not texts: return []
     qs, qe = self.encode_queries(texts, batch_size)
     kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case, device=self.device,
-              agg=agg, w_start=w_start)
+              agg=agg, w_start=w_start, span_rule=span_rule)
     if bm25 is None:  # one pass over the store for all start and end queries
         sc, rw = neighbours(ds, np.concatenate([qs, qe]), k, index, device=self.device)
         (s_s, s_r), (e_s, e_r) = (sc[:len(qs)], rw[:len(qs)]), (sc[len(qs):], rw[len(qs):])
