@@ -67,7 +67,7 @@ i me my mine myself we us our ours ourselves you your yours yourself yourselves 
 herself it its itself they them their theirs themselves one ones who whom whose which what whatever whoever
 and or but nor so yet if then than because as while whereas although though unless until since whether either
 neither both also too very just only even not no
-of in on at to from by with without about above below over under into onto upon out off up down through across
+of in on at to for from by with without about above below over under into onto upon out off up down through across
 along around among between before after during against toward towards within beyond behind near via per
 be am is are was were been being have has had having do does did doing done
 will would shall should can could may might must ought
