@@ -107,6 +107,13 @@ def test_api_entries_show_docstring_and_parameters(html):
     assert 'the query’s sequence' in entry or "the query's sequence" in entry  # the docment of span_seq
 
 
+def test_no_page_shows_a_path_of_the_machine_that_built_it(html):
+    "RELIABILITY-4 N35: the API page of npm_nb.data.fetch showed MANIFEST_PATH as Path('<checkout>/data/sources.json')."
+    where = [p.relative_to(html) for p in pages(html) if str(ROOT) in p.read_text() or str(ROOT.resolve()) in p.read_text()]
+    assert not where, f'these pages name the checkout {ROOT}: {where}'
+    assert "Path('data/sources.json')" in (html/'api'/'npm_nb.data.fetch.html').read_text()
+
+
 def test_math_is_in_the_losses_page(html):
     assert re.search(r'class="math[^"]*"', (html/'08_losses.html').read_text())
 

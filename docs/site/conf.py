@@ -3,7 +3,7 @@
 Nothing here reaches the network, at build or at view time: the notebooks are not executed (their committed outputs are
 shown), MathJax is served from the site (the sphinx-mathjax-offline package bundles it), the theme's fonts and icons
 are its own files, and no widget or CDN script is added."""
-import inspect, sys
+import inspect, re, sys, tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,14 +49,35 @@ html_show_sourcelink = False
 html_copy_source = False
 
 
+def _path_rewrites() -> list:
+    "(pattern, replacement) for the builder's own paths, the longest first: the checkout, its Python, home, tmp (as the book's outputs)."
+    pairs = {}
+    for p, new in [(ROOT, '.'), (ROOT.resolve(), '.'), (sys.prefix, '<python>'), (sys.base_prefix, '<python>'), (Path.home(), '~'),
+                   (tempfile.gettempdir(), '<tmp>')]:
+        if len(p := str(p).rstrip('/')) > 1: pairs.setdefault(p, new)
+    out = []
+    for old in sorted(pairs, key=len, reverse=True):
+        if pairs[old] == '.': out.append((re.compile(r'(?<![\w./-])' + re.escape(old) + r'/(?=[\w.-])'), ''))  # `<root>/data` is `data`
+        out.append((re.compile(r'(?<![\w./-])' + re.escape(old) + r'(?![\w.-])'), pairs[old]))
+    return out
+
+PATH_REWRITES = _path_rewrites()
+
+
+def machine_paths(text: str) -> str:
+    "`text` without the paths of the machine that builds the site (a constant's value, a default in a signature)."
+    for pat, new in PATH_REWRITES: text = pat.sub(new, text)
+    return text
+
+
 def docments_params(app, what, name, obj, options, lines):
     """Add nbdev's inline parameter comments (fastcore docments) as `:param:` fields, as nbdev's show_doc shows them;
     escape `|` (nbdev's docstrings are markdown, where `|x|` is no substitution)."""
-    lines[:] = [l.replace('|', r'\|') for l in lines]
+    lines[:] = [machine_paths(l).replace('|', r'\|') for l in lines]
     if what in ('data', 'attribute'):  # a constant: not its type's docstring; its value, when short (a page template is not)
         tdoc = (type(obj).__doc__ or '').strip().splitlines()
         if tdoc and lines and lines[0].strip() == tdoc[0].strip(): lines.clear()
-        if not lines and len(v := repr(obj)) <= 160: lines.append('``' + v.replace('`', "'") + '``')
+        if not lines and len(v := machine_paths(repr(obj))) <= 160: lines.append('``' + v.replace('`', "'") + '``')
         return
     if what not in ('function', 'method', 'class') or any(l.lstrip().startswith(':param') for l in lines): return
     try:
@@ -69,5 +90,11 @@ def docments_params(app, what, name, obj, options, lines):
     if extra: lines.extend([''] + extra)
 
 
+def scrub_signature(app, what, name, obj, options, signature, return_annotation):
+    "A signature's defaults without the builder's paths (a default `Path` is shown by its value)."
+    return tuple(None if s is None else machine_paths(s) for s in (signature, return_annotation))
+
+
 def setup(app):
     app.connect('autodoc-process-docstring', docments_params)
+    app.connect('autodoc-process-signature', scrub_signature)
