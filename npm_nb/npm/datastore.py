@@ -4,7 +4,8 @@
 
 # %% ../../nbs/10_datastore.ipynb #f34ae56e
 from __future__ import annotations
-import codecs, contextlib, csv, hashlib, io, json, os, shutil, time, warnings
+import codecs, contextlib, csv, gzip, hashlib, io, json, os, shutil, time, warnings, zlib
+from collections.abc import Iterator
 from pathlib import Path
 import numpy as np
 import pyarrow as pa
@@ -12,15 +13,15 @@ import torch
 from datasets import Dataset, load_from_disk, concatenate_datasets
 from tqdm.auto import tqdm
 from ..core import (atomic_write_json, read_json, reserve_space, file_checksum, folder_checksums, verify_checksums,
-                         hold_lock, LockedError)
+                         hold_lock, LockedError, disk_errors, _no_room, _NO_ROOM)
 from ..models import encoder_fingerprint, hidden_size, check_tokenizer, check_pair, check_max_len
 from ..data.blocks import build_blocks, block_phrase, is_punctuation
 
 # %% auto #0
-__all__ = ['STOPWORDS', 'DOCUMENT_SUFFIXES', 'FORMAT_VERSION', 'MANIFEST_KEYS', 'RACY_SECONDS', 'TOKEN_COLUMNS', 'check_count',
-           'encode_blocks', 'stopword_ids', 'stored_positions', 'tokenizer_fingerprint', 'corpus_fingerprint',
-           'DocumentError', 'read_documents', 'Datastore', 'derived', 'store_fingerprint', 'check_store_record',
-           'check_model', 'verify_store']
+__all__ = ['STOPWORDS', 'DOCUMENT_SUFFIXES', 'SNIFF_BYTES', 'FORMAT_VERSION', 'MANIFEST_KEYS', 'RACY_SECONDS', 'TOKEN_COLUMNS',
+           'check_count', 'encode_blocks', 'stopword_ids', 'stored_positions', 'tokenizer_fingerprint',
+           'corpus_fingerprint', 'DocumentError', 'read_documents', 'Datastore', 'derived', 'store_fingerprint',
+           'check_store_record', 'check_model', 'verify_store']
 
 # %% ../../nbs/10_datastore.ipynb #fdf5a522
 def check_count(name: str, value, lo: int = 1):
@@ -140,8 +141,10 @@ def _is_path(s: str) -> bool:
     except (OSError, ValueError): return False
 
 def _as_columns(docs):
-    "Columns of `docs`: a table or dict of columns as it is; a path (or paths) read (`read_documents`); a list or any iterable of strings or of dicts, gathered."
-    if hasattr(docs, 'column_names') or isinstance(docs, dict): return docs
+    "Columns of `docs`: a table or dict of columns as it is (a generator column read into a list); a path (or paths) read (`read_documents`); a list or any iterable of strings or of dicts, gathered."
+    if hasattr(docs, 'column_names'): return docs
+    if isinstance(docs, dict):  # a column given as a generator is read once, here (it would be empty when read again)
+        return {k: list(v) if isinstance(v, Iterator) else v for k, v in docs.items()}
     if hasattr(docs, 'columns') and hasattr(docs, 'iloc'):  # a pandas DataFrame: iterating it would give its column names
         cols = [str(c) for c in docs.columns]
         if 'text' not in cols:
@@ -177,7 +180,8 @@ def corpus_fingerprint(docs) -> str:
     return h.hexdigest()[:16]
 
 # %% ../../nbs/10_datastore.ipynb #749bbfa9
-DOCUMENT_SUFFIXES = ('.txt', '.md', '.jsonl', '.csv', '.tsv', '.parquet')
+DOCUMENT_SUFFIXES = ('.txt', '.md', '.jsonl', '.csv', '.tsv', '.parquet')  # read by their format (also as `.gz`)
+SNIFF_BYTES = 8192  # a file of another type in a folder is read as plain text when its first bytes are text
 
 class DocumentError(ValueError): "A document file that cannot be read; the message names it, what is wrong and the fix."
 
@@ -190,17 +194,42 @@ def _decode(raw: bytes, f: Path, encoding: str) -> str:
                             f"{f.stem}-utf8{f.suffix}), read every file as its encoding (encoding='latin-1'; npm-nb "
                             "--encoding latin-1), or leave it out (skip_bad=True; npm-nb --skip-bad)") from None
 
+def _inner_name(f: Path) -> str:
+    "The name a file is read by: `notes.txt.gz` is read as `notes.txt`, decompressed."
+    return f.name[:-3] if f.name.lower().endswith('.gz') and len(f.name) > 3 else f.name
+
+def _read_bytes(f: Path, limit: int = -1) -> bytes:
+    "The bytes of file `f`, decompressed when it is a `.gz` (the first `limit` only, when given)."
+    with open(f, 'rb') as h:
+        if _inner_name(f) == f.name: return h.read(limit)
+        try:
+            with gzip.GzipFile(fileobj=h) as z: return z.read(limit)
+        except (OSError, EOFError, zlib.error) as e:
+            raise DocumentError(f"{f}: not a readable gzip file ({e}); check it (gzip -t {f.name}), decompress it "
+                                "yourself, or leave it out (skip_bad=True; npm-nb --skip-bad)") from None
+
+def _looks_like_text(head: bytes, encoding: str) -> bool:
+    "Whether the first bytes of a file are text: no NUL byte, and valid in `encoding` (a character cut at the end is fine)."
+    if b'\0' in head: return False
+    try: codecs.getincrementaldecoder(encoding)().decode(head, final=False); return True
+    except UnicodeDecodeError: return False
+
 def _records(f: Path, encoding: str) -> tuple[str, list]:
     "`(what a record is called, [(number, record)])` of a document file: records are dicts or strings."
-    suf = f.suffix.lower()
-    if suf in ('.txt', '.md'): return 'file', [(0, _decode(f.read_bytes(), f, encoding))]
+    name = _inner_name(f); suf = Path(name).suffix.lower()
     if suf == '.parquet':
         import pyarrow.parquet as pq
-        try: t = pq.read_table(f)
+        try: t = pq.read_table(f if name == f.name else io.BytesIO(_read_bytes(f)))
+        except DocumentError: raise
         except Exception as e: raise DocumentError(f"{f}: not a readable Parquet file ({type(e).__name__}: {str(e)[:200]})") from None
         if 'text' not in t.column_names: raise DocumentError(f"{f}: no 'text' column (it has {t.column_names}); name the column of document texts 'text'")
         return 'row', list(enumerate(t.select([c for c in ('text', 'id', 'title') if c in t.column_names]).to_pylist(), 1))
-    text = _decode(f.read_bytes(), f, encoding)
+    raw = _read_bytes(f)
+    if suf not in DOCUMENT_SUFFIXES and (k := raw.find(b'\0')) >= 0:
+        raise DocumentError(f"{f}: not a text file (a NUL byte at byte {k}: binary data); give text files only, or "
+                            "leave it out (skip_bad=True; npm-nb --skip-bad)")
+    if suf not in ('.jsonl', '.csv', '.tsv'): return 'file', [(0, _decode(raw, f, encoding))]  # .txt, .md, any other text
+    text = _decode(raw, f, encoding); del raw
     if suf == '.jsonl':
         out = []
         for i, line in enumerate(text.splitlines(), 1):
@@ -218,6 +247,7 @@ def _records(f: Path, encoding: str) -> tuple[str, list]:
 def _file_documents(f: Path, name: str, encoding: str) -> list[tuple[str, str, str]]:
     "`(id, title, text)` of each non-empty document of file `f`; `name` is its path as ids show it."
     kind, recs = _records(f, encoding); out = []
+    inner = Path(_inner_name(f)); title = inner.stem if inner.suffix.lower() in DOCUMENT_SUFFIXES else inner.name
     for n, r in recs:
         r = {'text': r} if isinstance(r, str) else r
         if not isinstance(r, dict) or 'text' not in r:
@@ -226,7 +256,7 @@ def _file_documents(f: Path, name: str, encoding: str) -> list[tuple[str, str, s
         if not isinstance(t, str): raise DocumentError(f"{f} {kind} {n}: 'text' is {type(t).__name__} ({t!r:.40}), not a string")
         if not t.strip(): continue
         i = r.get('id'); i = name if kind == 'file' else f'{name}:{n}' if i is None or i == '' else str(i)
-        out.append((i, f.stem if kind == 'file' else str(r.get('title') or ''), t))
+        out.append((i, title if kind == 'file' else str(r.get('title') or ''), t))
     return out
 
 def _folder_files(top: Path, links: list, problems: list):
@@ -241,35 +271,53 @@ def _folder_files(top: Path, links: list, problems: list):
             if n in names and f.is_file(): yield f, rel.as_posix()
         dirs[:] = sorted(x for x in dirs if not x.startswith('.') and not (d/x).is_symlink())
 
+def _kind(f: Path) -> str:
+    "How a left-out file is counted: its suffix (`.png`, `.tar.gz`), or 'no suffix'."
+    inner = Path(_inner_name(f)).suffix.lower() + ('.gz' if _inner_name(f) != f.name else '')
+    return inner or 'no suffix'
+
+def _id_root(paths) -> Path | None:
+    "The folder ids are relative to: the common parent of the inputs (a folder given counts as itself, a file as its folder)."
+    anchors = [os.path.abspath(p) if p.is_dir() else os.path.dirname(os.path.abspath(p)) for p in paths if p.exists()]
+    return Path(os.path.commonpath(anchors)) if anchors else None
+
 def read_documents(paths, # a file or a folder (read recursively), or a list of them
-                   encoding: str = 'utf-8', # of the text files (.txt, .md, .jsonl, .csv, .tsv); Parquet is UTF-8
+                   encoding: str = 'utf-8', # of the text files (every type but Parquet, which is UTF-8)
                    skip_bad: bool = False, # leave out files that cannot be read (a warning each) instead of failing
                   ) -> dict:
     "Documents `{'text', 'id', 'title'}` read from files; every file that cannot be read is named with its fix."
     try: codecs.lookup(encoding)
     except LookupError: raise ValueError(f"encoding={encoding!r} is not a text encoding Python knows (e.g. 'utf-8', 'latin-1', 'cp1252')") from None
-    files, problems, other, links = [], [], {}, []
-    for p in map(Path, [paths] if isinstance(paths, (str, os.PathLike)) else paths):
+    paths = [Path(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+    root, files, problems, other, links, taken = _id_root(paths), [], [], {}, [], set()
+    def take(f):  # a file once, however often it is named; its id: its path under the root
+        a = os.path.abspath(f)
+        if a not in taken: taken.add(a); files.append((f, Path(os.path.relpath(a, root)).as_posix()))
+    for p in paths:
         if p.is_dir():
             for f, rel in sorted(_folder_files(p, links, problems)):  # in path order, as before
-                if f.suffix.lower() in DOCUMENT_SUFFIXES: files.append((f, rel))
-                else: other[f.suffix.lower() or 'no suffix'] = other.get(f.suffix.lower() or 'no suffix', 0) + 1
-        elif p.is_file() and p.suffix.lower() in DOCUMENT_SUFFIXES: files.append((p, p.name))
-        else: problems.append(f"{p}: " + ("not a document file (use " + ", ".join(DOCUMENT_SUFFIXES) + ")" if p.is_file() else "no such file or folder"))
+                if Path(_inner_name(f)).suffix.lower() in DOCUMENT_SUFFIXES: take(f); continue
+                try: text = _looks_like_text(_read_bytes(f, SNIFF_BYTES), encoding)
+                except (DocumentError, OSError) as e: problems.append(str(e)); continue
+                if text: take(f)  # README, copyright, notes.rst: read as plain text
+                else: other[_kind(f)] = other.get(_kind(f), 0) + 1
+        elif p.is_file(): take(p)  # a file named is read whatever its name
+        else: problems.append(f"{p}: " + ("not a file or folder" if p.exists() else "no such file or folder"))
     cols, seen = {'text': [], 'id': [], 'title': []}, {}
     for f, name in files:
         try: rows = _file_documents(f, name, encoding)
         except (DocumentError, OSError) as e: problems.append(str(e)); continue
         dup = next(((i, seen.get(i, f)) for k, (i, _, _) in enumerate(rows) if i in seen or i in [r[0] for r in rows[:k]]), None)
-        if dup: problems.append(f"{f}: document id {dup[0]!r} is also in {dup[1]}; ids must be unique (rename one)"); continue
+        if dup: problems.append(f"{f}: document id {dup[0]!r} is also in {dup[1]}; ids must be unique (change one of them)"); continue
         for i, t, x in rows: seen[i] = f; cols['id'].append(i); cols['title'].append(t); cols['text'].append(x)
     if links: warnings.warn(f"left out {len(links)} links inside the input folders (links are not followed there; give a "
                             f"target as a path of its own to read it): {'; '.join(links[:20])}" + (' ...' if len(links) > 20 else ''))
-    if other: warnings.warn(f"left out {sum(other.values())} files that are not documents ({', '.join(f'{k}: {v}' for k, v in sorted(other.items()))}); documents are {', '.join(DOCUMENT_SUFFIXES)}")
+    if other: warnings.warn(f"left out {sum(other.values())} files that are not text ({', '.join(f'{k}: {v}' for k, v in sorted(other.items()))}); "
+                            f"text files of any name are read, and {', '.join(DOCUMENT_SUFFIXES)} by their format (also gzipped)")
     if problems and not skip_bad:
         raise DocumentError(f"{len(problems)} of the document files cannot be read (nothing was read):\n  " + "\n  ".join(problems))
     for p in problems: warnings.warn(f"left out {p}")
-    if not cols['text']: raise DocumentError(f"no documents in {paths}: no non-empty {', '.join(DOCUMENT_SUFFIXES)} file")
+    if not cols['text']: raise DocumentError(f"no documents in {', '.join(map(str, paths)) or 'no paths'}: no non-empty text file")
     return cols
 
 # %% ../../nbs/10_datastore.ipynb #9981f96f
@@ -306,6 +354,32 @@ def _rows_for(blocks, stop_ids, start_block: int = 0):
 
 # %% ../../nbs/10_datastore.ipynb #dcc03a6b
 def _rebuild(path) -> str: return f"delete {path} and build it again (Datastore.build / NPM.build_datastore)"
+
+def _check_store_path(path: Path):
+    "A clear error when the store's path, or a folder above it, exists but is not a folder (a store is a folder)."
+    p = next((q for q in [path, *path.parents] if q.exists() or q.is_symlink()), None)
+    if p is not None and not p.is_dir():
+        where = f"{path} is" if p == path else f"{path} is inside {p}, which is"
+        raise ValueError(f"datastore path {where} a file, not a folder: a datastore is a folder (build creates it); give "
+                         "the path of a new folder for it (the documents come after the store: npm-nb build STORE FILES...)")
+
+def _pending_dir(path: Path) -> Path:
+    "The store's `pending/` folder; a clear error when it is a link or not a folder (it is never followed or overwritten)."
+    pend = path/'pending'
+    if pend.is_symlink() or (pend.exists() and not pend.is_dir()):
+        what = f"a symbolic link (to {os.readlink(pend)})" if pend.is_symlink() else "not a folder"
+        raise ValueError(f"{pend} is {what}: it is the store's own working folder, never followed or written through; "
+                         f"delete it (rm {pend}) and run again")
+    return pend
+
+@contextlib.contextmanager
+def _room(path):
+    "`disk_errors(path)` for a block of writes: a full disk or `ulimit -f` is named; an error already explained passes as it is."
+    try: yield
+    except Exception as e:
+        if isinstance(e, OSError) and e.errno and e.strerror and e.strerror != os.strerror(e.errno): raise  # a message of ours
+        if isinstance(e, OSError) and not e.errno and any(s in str(e) for s in _NO_ROOM): raise _no_room(path) from None  # Arrow's
+        with disk_errors(path): raise
 
 def _vectors_file(path, m: dict) -> Path:
     "The vectors file of manifest `m`: `vectors.f16`, or the `vectors-{g}.f16` a `remove` wrote."
@@ -478,12 +552,18 @@ def verify_store(path, m: dict | None = None) -> bool:
     h, vec = m['hidden'], _vectors_file(path, m)
     need, have = m['shape'][0] * h * 2, vec.stat().st_size if vec.exists() else 0
     if have < need: raise ValueError(f"{vec}: truncated or missing ({have} bytes < {need} for shape {m['shape']}); {fix}")
+    unchecked = [f"{i + 1} ({p['source']})" for i, p in enumerate(m['parts']) if p['n_vectors'] and 'xxh3' not in p]
+    if unchecked:  # as when meta_checksums is gone: say so on every open, check what can be checked
+        warnings.warn(f"datastore {path}: part {', '.join(unchecked)} of its manifest records no checksum of its vectors "
+                      f"(the manifest was edited, or written by an older version): those vectors cannot be verified; "
+                      f"rebuild it to get them ({_rebuild(path)})")
     for i, p in enumerate(m['parts']):
         if 'xxh3' not in p or not p['n_vectors']: continue
         r0, r1 = p['rows']
         if file_checksum(vec, r0 * h * 2, (r1 - r0) * h * 2) != p['xxh3']:
             bad.append(f"rows {r0}:{r1} (part {i + 1}, {p['source']})")
     if bad: raise ValueError(f"datastore {path}: the vectors of {', '.join(bad)} changed since they were written; {fix}")
+    if unchecked: return False  # not remembered: the warning comes again on the next open
     _remember(path, m)
     return True
 
@@ -535,7 +615,7 @@ def _load(cls, path, # a datastore folder
                                      # now (and $NPM_NB_VERIFY is not 0), True = always, False = never (faster)
         ) -> Datastore:
     "Open the datastore at `path`; a different encoder or tokenizer than the manifest's is an error."
-    path = Path(path)
+    path = Path(path); _check_store_path(path)
     if not (path/'manifest.json').exists():
         hint = ' (an unfinished build: call Datastore.build again to continue it)' if (path/'pending').exists() else ''
         raise FileNotFoundError(f"no datastore at {path}: manifest.json missing{hint}")
@@ -550,7 +630,7 @@ Datastore._create, Datastore.load = _create, _load
 # %% ../../nbs/10_datastore.ipynb #823d6964
 def _prepare(self, new_docs, source, input_fp=None):
     "Stage the new documents in `pending/` (blocks, rows, empty memmap, progress); reuse a matching earlier stage."
-    pend, m = self.path/'pending', self.manifest
+    pend, m = _pending_dir(self.path), self.manifest
     table = _doc_table(new_docs, start=m.get('next_doc', m['n_docs'])); fp = corpus_fingerprint(table)
     key = dict(base_generation=m['generation'], base_rows=len(self), corpus=fp, encoder=m['encoder'])
     st = read_json(pend/'stage.json', fix=f'delete {pend} and call again (the pending documents are encoded anew)') \
@@ -567,10 +647,12 @@ def _prepare(self, new_docs, source, input_fp=None):
         blocks = (blocks.remove_columns(['doc_index', 'block_id']).add_column('doc_index', di)
                   .add_column('block_id', [f'{source}:{nb0 + i}' for i in range(len(di))]))
     vb, vp, counts = _rows_for(blocks, self.stop_ids, start_block=nb0)
-    _save_dataset(table, pend/'docs'); _save_dataset(blocks, pend/'blocks')
-    np.savez(pend/'rows.npz', vec_block=vb, vec_pos=vp, counts=counts)
-    reserve_space(pend/'vectors.tmp', max(len(vb), 1) * self.hidden * 2)  # a sparse file would die with SIGBUS on a full disk
-    np.memmap(pend/'vectors.tmp', dtype=np.float16, mode='r+', shape=(max(len(vb), 1), self.hidden)).flush()
+    with _room(pend):
+        _save_dataset(table, pend/'docs'); _save_dataset(blocks, pend/'blocks')
+        np.savez(pend/'rows.npz', vec_block=vb, vec_pos=vp, counts=counts)
+    with _room(pend/'vectors.tmp'):  # a sparse file would die with SIGBUS on a full disk
+        reserve_space(pend/'vectors.tmp', max(len(vb), 1) * self.hidden * 2)
+        np.memmap(pend/'vectors.tmp', dtype=np.float16, mode='r+', shape=(max(len(vb), 1), self.hidden)).flush()
     st = dict(key, source=source, n_docs=len(table), n_blocks=len(blocks), n_vectors=int(len(vb)), input=input_fp)
     atomic_write_json(pend/'progress.json', dict(blocks_done=0))
     atomic_write_json(pend/'stage.json', st)  # written last: a stage without it is redone from scratch
@@ -601,12 +683,13 @@ def _commit(self, st):
     pend, m = self.path/'pending', dict(self.manifest)
     g = m['generation'] + 1; meta = self.path/f'meta-{g}'
     z = np.load(pend/'rows.npz'); new_docs, new_blocks = load_from_disk(str(pend/'docs')), load_from_disk(str(pend/'blocks'))
-    meta.mkdir(exist_ok=True)
     cat = lambda old, new: new if old is None else concatenate_datasets([old, new])
-    _save_dataset(cat(self.docs, new_docs), meta/'docs'); _save_dataset(cat(self.blocks, new_blocks), meta/'blocks')
     bvs = np.concatenate([self.block_vec_start, len(self) + np.cumsum(z['counts'])]).astype(np.int64)
-    np.savez(meta/'rows.npz', vec_block=np.concatenate([self.vec_block, z['vec_block']]),
-             vec_pos=np.concatenate([self.vec_pos, z['vec_pos']]), block_vec_start=bvs)
+    with _room(meta):
+        meta.mkdir(exist_ok=True)
+        _save_dataset(cat(self.docs, new_docs), meta/'docs'); _save_dataset(cat(self.blocks, new_blocks), meta/'blocks')
+        np.savez(meta/'rows.npz', vec_block=np.concatenate([self.vec_block, z['vec_block']]),
+                 vec_pos=np.concatenate([self.vec_pos, z['vec_pos']]), block_vec_start=bvs)
     n_new, h, N0 = st['n_vectors'], self.hidden, len(self)
     part = {k: st[k] for k in ('source', 'n_docs', 'n_blocks', 'n_vectors', 'corpus')}
     part.update(input=st.get('input') or st['corpus'], rows=[N0, N0 + n_new],
@@ -637,7 +720,7 @@ def _finish_commit(path: Path):
                              "build/add again (its documents are encoded anew)")
         elif N0 == 0: os.replace(tmp, vec)  # a new store: the finished temp file becomes the store
         else:
-            with open(vec, 'r+b') as f, open(tmp, 'rb') as src:
+            with _room(vec), open(vec, 'r+b') as f, open(tmp, 'rb') as src:
                 f.truncate(N0 * h * 2); f.seek(N0 * h * 2)  # drop bytes of an earlier interrupted append
                 while chunk := src.read(1 << 26): f.write(chunk)
                 f.truncate((N0 + n_new) * h * 2); f.flush(); os.fsync(f.fileno())
@@ -654,7 +737,7 @@ def _recover(path: Path):
     "Finish a commit that was decided but interrupted (a crash, a kill), and remove what finished commits left."
     path = Path(path)
     for d in path.glob('.pending-done-*'): shutil.rmtree(d, ignore_errors=True)
-    if not (path/'pending'/'commit.json').exists(): return
+    if (path/'pending').is_symlink() or not (path/'pending'/'commit.json').exists(): return  # a link: add / remove say so
     try:
         with hold_lock(path, 'datastore'):
             if (path/'pending'/'commit.json').exists(): _finish_commit(path)
@@ -665,6 +748,10 @@ def _recover(path: Path):
                       "add again to finish it", stacklevel=3)
 
 # %% ../../nbs/10_datastore.ipynb #2d0ed47b
+def _same_file(a: str, b: str) -> bool:
+    "Whether ids `a` and `b` name one file seen from two folders (`README.txt` and `a/README.txt`): one ends with the other."
+    return a != b and (a.endswith('/' + b) or b.endswith('/' + a))
+
 def _new_documents(self, docs):
     "`(documents not yet in the store or None, fingerprint of docs)`: an `add` repeated after it finished adds nothing."
     table = _doc_table(docs); fp = corpus_fingerprint(table)  # as given (running ids from 0 when there is no id)
@@ -674,19 +761,26 @@ def _new_documents(self, docs):
             return None, fp
     cols = docs.column_names if hasattr(docs, 'column_names') else list(docs)
     if 'id' not in cols or not self.manifest['parts']: return docs, fp
-    have = {}
-    for i, t, x in zip(self.doc_ids, self.titles, self.texts): have.setdefault(i, (t, x))
-    keep, same, clash = [], 0, []
+    have, by_doc = {}, {}
+    for i, t, x in zip(self.doc_ids, self.titles, self.texts): have.setdefault(i, (t, x)); by_doc.setdefault((t, x), []).append(i)
+    keep, same, clash, moved = [], 0, [], []
     for j, (i, t, x) in enumerate(zip(table['id'], table['title'], table['text'])):
-        if i not in have: keep.append(j)
+        if i not in have:
+            was = next((k for k in by_doc.get((t, x), ()) if _same_file(i, k)), None)
+            if was is None: keep.append(j)
+            else: moved.append((i, was))
         elif have[i] == (t, x): same += 1
         else: clash.append(i)
     if clash:
         raise ValueError(f"document ids {clash[:5]} are already in {self.path} with another title or text: add never "
                          "replaces a document; give the new versions new ids, or build a new store")
     if same: warnings.warn(f"{same} of {len(table)} documents are already in {self.path} (same id and text): adding the other {len(keep)}")
+    if moved: warnings.warn(f"{len(moved)} of {len(table)} documents are already in {self.path} under an id that names the "
+                            f"same file from another folder, with the same text (e.g. {moved[0][0]!r} is stored as "
+                            f"{moved[0][1]!r}): left out. A file's id is its path under the common folder of the inputs: "
+                            "give the same files or folders as the build did to get the same ids")
     if not keep: return None, fp
-    return (table.select(keep) if same else docs), fp
+    return (table.select(keep) if same or moved else docs), fp
 
 # %% ../../nbs/10_datastore.ipynb #beb3e255
 def _add(self, new_docs, # documents to append: a table with `text` (+ optional `id`, `title`)
@@ -697,7 +791,7 @@ def _add(self, new_docs, # documents to append: a table with `text` (+ optional 
     if self.model is None or self.tok is None:
         raise ValueError("this datastore was opened without an encoder: use Datastore.load(path, model=..., tok=...) to add documents")
     check_count('batch_size', batch_size); new_docs = _as_columns(new_docs)  # a generator is read once, here
-    with hold_lock(self.path, 'datastore'):
+    with _room(self.path), hold_lock(self.path, 'datastore'):
         _recover(self.path); self._open(allow_unfinished=True)  # the latest committed state
         docs, fp = _new_documents(self, new_docs)
         if docs is None: return self
@@ -726,8 +820,8 @@ def _build(cls, docs, # documents: a table with `text` (+ optional `id`, `title`
          ) -> Datastore:
     "Build (or continue building) the datastore of `docs` at `path`."
     path = Path(path); check_count('batch_size', batch_size); check_max_len(max_len, model)  # npm_nb.core.SETTINGS, and the encoder's positions
-    docs = _as_columns(docs)  # a generator is read once, here
-    with hold_lock(path, 'datastore'):
+    _check_store_path(path); docs = _as_columns(docs)  # a generator is read once, here
+    with _room(path), hold_lock(path, 'datastore'):
         _recover(path)
         ds = cls._create(path, model, tok, max_len, remove_stopwords, source, None if amp == 'none' else amp, verify)
         parts = ds.manifest['parts']
@@ -860,8 +954,8 @@ def _remove(self, ids, # document ids to remove (see `ds.doc_ids`): one, or a li
            ) -> Datastore:
     "Remove documents by id; blocks they shared with kept documents are encoded again. Atomic, as `add`; returns `self`."
     ids = {str(i) for i in ([ids] if isinstance(ids, (str, int)) else ids)}; check_count('batch_size', batch_size)
-    with hold_lock(self.path, 'datastore'):
-        _recover(self.path); self._open(); pend, m = self.path/'pending', dict(self.manifest)
+    with _room(self.path), hold_lock(self.path, 'datastore'):
+        _recover(self.path); self._open(); pend, m = _pending_dir(self.path), dict(self.manifest)
         if (pend/'stage.json').exists() and read_json(pend/'stage.json', fix=f'delete {pend}').get('kind') != 'remove':
             raise ValueError(f"{pend} holds an unfinished add: call add again with its documents to finish it (or delete that folder), then remove")
         have = self.doc_ids; unknown = sorted(ids - set(have))
