@@ -4,7 +4,7 @@
 
 # %% ../../nbs/22_bundle.ipynb #c0ba95e3
 from __future__ import annotations
-import os, io, re, sys, json, math, time, shutil, importlib.util, tarfile, hashlib, argparse, subprocess, tempfile
+import os, io, re, sys, json, math, time, shutil, importlib.util, tarfile, hashlib, argparse, subprocess, tempfile, lzma, zlib, gzip, shlex
 from datetime import datetime, timezone
 from pathlib import Path
 from ..core import (project_root, data_dir, results_dir, atomic_write_json, load_state, read_json, check_schema,
@@ -12,8 +12,8 @@ from ..core import (project_root, data_dir, results_dir, atomic_write_json, load
 
 # %% auto #0
 __all__ = ['MiB', 'DEVICE_PINS', 'DEVICE_PRESENT', 'DEVICE_CORE', 'BUILD_ONLY', 'OPTIONAL', 'RUNTIME_RAW', 'NODEPS_WHEELS',
-           'MODEL_FOLDERS', 'CALL_LIMIT_MB', 'MODEL_SCHEMA', 'CHECKPOINT_SCHEMA', 'PART_NAME', 'ITEM_KINDS',
-           'TOC_SCHEMA', 'MANIFEST_SCHEMA', 'RUN_NEEDS', 'PIECES_LIST', 'FINISH_NEEDS', 'VERSION_NAMES',
+           'MODEL_FOLDERS', 'CALL_LIMIT_MB', 'STREAM_ERRORS', 'MODEL_SCHEMA', 'CHECKPOINT_SCHEMA', 'PART_NAME',
+           'ITEM_KINDS', 'TOC_SCHEMA', 'MANIFEST_SCHEMA', 'RUN_NEEDS', 'PIECES_LIST', 'FINISH_NEEDS', 'VERSION_NAMES',
            'bundle_requirements', 'platform_tags', 'resolve', 'wheel_plan', 'download_wheels', 'sha256', 'tree_bytes',
            'part_budget_mb', 'pack_data', 'pack_model', 'restore_model', 'trained_finals', 'export_checkpoint',
            'restore_checkpoint', 'write_parts', 'installed', 'install', 'build', 'call_plan', 'run', 'pack', 'send',
@@ -167,8 +167,27 @@ def part_budget_mb(tree: int | None = None, # bytes of the working tree (default
 
 # %% ../../nbs/22_bundle.ipynb #4f8d4b34
 def _extract(archive, dest, only=None):
-    "Unpack a tar archive after checking every member (`core.extract_tar`: names inside `dest`, files and folders only)."
-    return extract_tar(archive, dest, only=only)
+    """Unpack a tar archive after checking every member (`core.extract_tar`: names inside `dest`, files and folders only);
+    an archive cut short in transfer, or whose compressed stream is damaged, is a sentence that names it."""
+    try: return extract_tar(archive, dest, only=only)
+    except STREAM_ERRORS as e: raise ValueError(_stream_error(archive, e)) from None
+
+STREAM_ERRORS = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)  # what a cut or damaged .tar.xz/.tar.gz raises (not a TarError)
+
+def _stream_error(archive, e) -> str:
+    "The sentence for a `STREAM_ERRORS` error of `archive`."
+    what = 'is cut short' if isinstance(e, EOFError) else 'is damaged'
+    return f"{archive} {what} (its compressed stream: {e}): copy it again from where it was made"
+
+def _fp16_weights(path: Path, archive) -> dict:
+    "The fp16 tensors of an archive's `model.fp16.safetensors`, or a sentence naming the archive."
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    if not path.is_file(): raise ValueError(f"{archive} has no model.fp16.safetensors: it is not an archive of npm-nb's; build it again")
+    try: return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ValueError(f"{archive}: its model.fp16.safetensors is not readable weights ({e}): the archive is damaged or "
+                         "was not made by npm-nb; build it again and copy it here") from None
 
 def _xz_tar(dest, files: dict, preset: int = 6,
             skip=(), # file names left out anywhere in a folder (e.g. a run's `.started-here`)
@@ -227,7 +246,7 @@ def restore_model(archive, root=None) -> Path:
         root = Path(root or data_dir('cache', 'models'))
         out = checked_path(root, MODEL_FOLDERS.get(info['name'], info['name'].rstrip('/').rpartition('/')[2]), src, "'name'", single=True)
         tmp = out.with_name(out.name + '.tmp'); shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
-        sd = load_file(f'{d}/model.fp16.safetensors')
+        sd = _fp16_weights(Path(d, 'model.fp16.safetensors'), archive)
         save_file({k: v.float() if v.is_floating_point() else v for k, v in sd.items()}, str(checked_path(tmp, info['weights'], src, "'weights'", single=True)),
                   metadata={'format': 'pt'})
         for p in Path(d).iterdir():
@@ -282,7 +301,7 @@ def restore_checkpoint(archive, out_dir=None,
         for name, what in (((profile, '--profile') if profile is not None else (cfg.profile, 'profile')), (cfg.objective, 'objective')):
             checked_path(data_dir('cache', 'checkpoints'), name, src if what != '--profile' else 'restore-checkpoint', what, single=True)
         state = check_schema(read_json(Path(d, 'state.json'), fix), dict, f'{archive}: state.json', fix)
-        save_file({k: v.float() if v.is_floating_point() else v for k, v in load_file(f'{d}/model.fp16.safetensors').items()},
+        save_file({k: v.float() if v.is_floating_point() else v for k, v in _fp16_weights(Path(d, 'model.fp16.safetensors'), archive).items()},
                   f'{d}/model.safetensors', metadata={'format': 'pt'})
         os.remove(f'{d}/model.fp16.safetensors')
         model = (AutoModelForMaskedLM if cfg.objective == 'mlm' else AutoModel).from_pretrained(d, dtype=torch.float32)
@@ -450,14 +469,25 @@ def install(bundle_dir=None, # folder with the parts (and `manifest.json`): defa
           if state_f.exists() and not force else {'parts': [], 'items': [], 'done': []})
     save = lambda: atomic_write_json(state_f, st)
     again = "copy the bundle's parts and manifest.json again from where it was built"
+    at_hand = sorted(bundle_dir.glob('npm-nb-bundle.part*.tar'))
+    if st.get('complete') is True and all(p.name in st['parts'] for p in at_hand):
+        _log(f"complete already: every item of the bundle is installed (by an earlier run: {state_f}); nothing to do "
+             "(`install --force` installs it again)")
+        return {**st, 'missing_parts': []}
     man = None
     if (bundle_dir/'manifest.json').exists():
         man = check_schema(read_json(bundle_dir/'manifest.json', again), MANIFEST_SCHEMA, bundle_dir/'manifest.json', again)
         _check_items(man['items'], stage, bundle_dir/'manifest.json')
     known = {p['name']: p for p in (man or {}).get('parts', [])}
-    table = man['items'] if man else None
+    # without a manifest the table of contents comes from a part's bundle.json, kept in the stage once read: a later run
+    # (after a crash between unpacking and reassembly, or once every part is unpacked) needs it with no part left to read
+    toc_f = stage/'bundle.json'
+    kept = lambda: check_schema(read_json(toc_f, 'delete it (or pass --force) to unpack every part again'), TOC_SCHEMA, toc_f,
+                                'delete it (or pass --force) to unpack every part again')['items']
+    table = man['items'] if man else kept() if toc_f.exists() and st['parts'] else None
+    if table is not None and not man: _check_items(table, stage, toc_f)
     # 1. unpack the parts at hand (each checked against the manifest, each chunk against its sha256: the manifest's when there is one)
-    for part in sorted(bundle_dir.glob('npm-nb-bundle.part*.tar')):
+    for part in at_hand:
         if part.name in st['parts']: continue
         if man and part.name not in known:
             raise ValueError(f"{part} is not a part of this bundle (manifest.json does not list it: another bundle's, or forged): "
@@ -471,7 +501,7 @@ def install(bundle_dir=None, # folder with the parts (and `manifest.json`): defa
                 except (KeyError, AttributeError, ValueError) as e:
                     raise ValueError(f"{part} has no readable table of contents (bundle.json: {e}): {again}") from None
                 check_schema(toc, TOC_SCHEMA, f'{part}: bundle.json', again); _check_items(toc['items'], stage, f'{part}: bundle.json')
-                table = table or toc['items']
+                if table is None: table = toc['items']; atomic_write_json(toc_f, {'format': 1, 'items': table})
                 listed = 'manifest.json' if man else 'its table of contents (bundle.json)'
                 want = {c['member']: (it['name'], c) for it in (man['items'] if man else toc['items']) for c in it['chunks'] if c['part'] == part.name}
                 for m in t.getmembers():
@@ -487,6 +517,17 @@ def install(bundle_dir=None, # folder with the parts (and `manifest.json`): defa
                     if sha256(dst) != c['sha256']: dst.unlink(); raise ValueError(f"{part.name}: chunk {m.name} is damaged: copy {part.name} again")
         except tarfile.TarError as e: raise ValueError(f"{part} is not a readable tar ({e}): copy it again") from None
         st['parts'].append(part.name); save(); _log(f'unpacked {part.name}')
+    if table is None and st['parts']:  # unpacked by an earlier version, which kept no table of contents: a part at hand has it
+        for part in (p for p in at_hand if p.name in st['parts']):
+            try:
+                with tarfile.open(part) as t: toc = check_schema(json.load(t.extractfile('bundle.json')), TOC_SCHEMA, f'{part}: bundle.json', again)
+            except (tarfile.TarError, KeyError, AttributeError, ValueError): continue
+            _check_items(toc['items'], stage, f'{part}: bundle.json')
+            table = toc['items']; atomic_write_json(toc_f, {'format': 1, 'items': table}); break
+        else:
+            raise FileNotFoundError(f"{stage} holds the unpacked {', '.join(st['parts'])} but no table of contents, and {bundle_dir} has "
+                                    "neither manifest.json nor one of those parts to read it from: copy manifest.json (or one part) "
+                                    "there and install again, or copy every part there and run `install --force` to start over")
     if table is None: raise FileNotFoundError(f"no bundle parts in {bundle_dir}: copy npm-nb-bundle.part*.tar (and manifest.json) there")
     # 2. reassemble the items whose chunks are all here
     for it in table:
@@ -502,6 +543,7 @@ def install(bundle_dir=None, # folder with the parts (and `manifest.json`): defa
             for c in chunks: c.unlink(missing_ok=True)
             parts = sorted({c['part'] for c in it['chunks']})
             st['parts'] = [p_ for p_ in st['parts'] if p_ not in parts]; save()
+            if not man: toc_f.unlink(missing_ok=True)  # it may be the stray part's: read again from a part of the next run
             raise ValueError(f"{it['name']}: reassembled file is damaged (its sha256 differs from {'manifest.json' if man else 'the table of contents'}): "
                              f"a part held a wrong chunk of it. Its chunks are dropped and {', '.join(parts)} will be unpacked again: remove any "
                              f"part that is not this bundle's from {bundle_dir} (copy manifest.json beside the parts: it refuses them), copy "
@@ -719,6 +761,7 @@ def _unpack_results(whole: Path, dest: Path) -> list[Path]:
     try:
         with tarfile.open(whole) as t: names = t.getnames()
     except tarfile.TarError as e: raise ValueError(f"{whole.name} is not a readable tar archive ({e}): fetch its pieces again") from None
+    except STREAM_ERRORS as e: raise ValueError(_stream_error(whole.name, e).replace('copy it again from where it was made', 'fetch its pieces again')) from None
     outside = [n for n in names if n.split('/')[0] != 'results']
     if outside:
         raise ValueError(f"{whole.name} holds {outside[0][:200]!r}{f' and {len(outside) - 1} more' if len(outside) > 1 else ''} outside "
@@ -768,22 +811,26 @@ FINISH_NEEDS = ('01_train',)  # steps that must be done where the run began befo
 def _finish_here(run_dir: Path) -> str | None:
     "Mark an unfinished run that came back as started here (the batch then resumes it), unless its training is unfinished."
     from npm_nb.run.batch import LOCAL_MARK, read_status
-    profile = run_dir.parent.name
+    profile = run_dir.parent.name; q = shlex.quote(profile)  # a folder name, echoed into commands to copy: quoted for the shell
     st = read_status(run_dir, fix=f'collect the run again (`python -m npm_nb.run.bundle collect --finish-here FOLDERS`), or start a '
-                               f'fresh run of {profile} (`python -m npm_nb.run.bundle run {profile} ...` there, or `python -m npm_nb.run.batch {profile} --new` here)')
+                               f'fresh run of {profile} (`python -m npm_nb.run.bundle run {q} ...` there, or `python -m npm_nb.run.batch {q} --new` here)')
+    if not st['steps']:  # unfinished for the batch too: but nothing ran there, training included
+        _log(f"{run_dir.name}: its status.json records no step (the run stopped there before its first one), so its training did "
+             f"not run there, and a CPU cannot do it here: give it more GPU jobs (`python3 -m npm_nb.run.bundle run {q} ...`), then collect again")
+        return None
     todo = [n for n, s in st['steps'].items() if s['state'] != 'done']
     if not todo: _log(f'{run_dir.name}: finished there, nothing to finish here'); return None
     unready = [n for n in FINISH_NEEDS if n in todo]
     if unready:
         _log(f"{run_dir.name}: {', '.join(unready)} did not finish there, and training at that profile's size on a CPU would take "
-             f"days: give it more GPU jobs (`python3 -m npm_nb.run.bundle run {profile} ...`), then collect again")
+             f"days: give it more GPU jobs (`python3 -m npm_nb.run.bundle run {q} ...`), then collect again")
         return None
     if any(n in st['steps'] for n in FINISH_NEEDS) and not trained_finals(profile):
-        _log(f"{run_dir.name}: its trained checkpoint is not here yet (ckpt-{profile}-*.tar.xz comes back in pieces, results first): "
+        _log(f"{run_dir.name}: its trained checkpoint is not here yet (ckpt-{q}-*.tar.xz comes back in pieces, results first): "
              "collect the folders of the later jobs too (or `python3 -m npm_nb.run.bundle send OUT` there), then again")
         return None
     (run_dir/LOCAL_MARK).touch()
-    cmd = f'python -m npm_nb.run.batch {profile} -p device cpu'
+    cmd = f'python -m npm_nb.run.batch {q} -p device cpu'
     _log(f"{run_dir.name}: {', '.join(todo)} left; `{cmd}` finishes them here (the steps done there stay done)")
     return cmd
 
