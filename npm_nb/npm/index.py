@@ -27,8 +27,9 @@ class _LazyFaiss:
 globals()['faiss'] = _LazyFaiss()  # (not `faiss = ...`: that would put it into `__all__`)
 
 # %% auto #0
-__all__ = ['KINDS', 'FAISS_GPU_MAX_K', 'training_sample', 'default_nlist', 'faiss_has_gpu', 'max_norm', 'VectorIndex',
-           'rescore_exact', 'check_index_params', 'build_index', 'recall_at_k', 'load_index', 'check_index']
+__all__ = ['KINDS', 'HNSW_M', 'HNSW_EF_CONSTRUCTION', 'FAISS_GPU_MAX_K', 'training_sample', 'default_nlist', 'faiss_has_gpu',
+           'max_norm', 'VectorIndex', 'rescore_exact', 'check_index_params', 'build_index', 'faiss_blas_path',
+           'openblas_core', 'recall_at_k', 'recall_interval', 'load_index', 'check_index']
 
 # %% ../../nbs/12_index.ipynb #0500c885
 def _chunks(vectors, size: int = 65_536, desc: str = 'add', progress: bool = True):
@@ -47,6 +48,8 @@ def training_sample(vectors, train_size: int = 100_000, seed: int = 0) -> np.nda
 
 # %% ../../nbs/12_index.ipynb #8e432cd5
 KINDS = ('flat', 'hnsw', 'ivfpq')
+HNSW_M = 32                 # HNSW neighbours a node (the paper's)
+HNSW_EF_CONSTRUCTION = 240  # HNSW build breadth: the tuned graph (experiment 03; 80 gave the weaker one)
 FAISS_GPU_MAX_K = 2048  # FAISS-GPU's largest k (GPU_MAX_SELECTION_K in builds without cuVS)
 
 def default_nlist(n: int, # vectors in the index
@@ -234,13 +237,13 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
                 m: int = 64, # IVF-PQ code bytes a vector (must divide h)
                 nbits: int = 8, # bits a PQ sub-code
                 nprobe: int = 16, # IVF lists searched a query
-                hnsw_m: int = 32, # HNSW neighbours a node
+                hnsw_m: int = HNSW_M, # HNSW neighbours a node
                 ef_search: int = 128, # HNSW search breadth (FAISS uses it as set, also below k)
                 train_size: int = 100_000, # rows sampled to train IVF-PQ
                 seed: int = 0, # for the training sample
                 device: str | None = None, # 'cuda' to search on the GPU (torch flat, FAISS-GPU IVF-PQ), default CPU
                 progress: bool = True,
-                ef_construction: int = 80, # HNSW build breadth
+                ef_construction: int = HNSW_EF_CONSTRUCTION, # HNSW build breadth (240: the tuned graph)
                 chunk: int | None = None, # rows added a call (default: HNSW all in one call, the better graph; IVF-PQ 65,536)
                 flat_backend: str = 'torch', # 'torch' (ExactSearch, any k) or 'faiss' (IndexFlatIP)
                 hnsw_storage: str = 'fp16', # HNSW vectors: 'fp16' (IndexHNSWSQ, 2·h bytes) or 'fp32' (IndexHNSWFlat)
@@ -289,12 +292,49 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
     params['build_s'] = round(time.perf_counter() - t0, 3); params['device'] = _where(index)
     return VectorIndex(index, kind, params, store=store).set_search(nprobe, ef_search)
 
+# %% ../../nbs/12_index.ipynb #6b2d4e11
+from contextlib import contextmanager
+
+@contextmanager
+def faiss_blas_path(block: int = 16_384, # database rows a BLAS product
+                    threshold: int = 0, # nq·d from which FAISS uses BLAS (0: always)
+                   ):
+    "Inside the block FAISS's flat search multiplies with BLAS, `block` database rows a product; the settings are restored after it."
+    cv = faiss.cvar
+    old = cv.distance_compute_blas_threshold, cv.distance_compute_blas_database_bs
+    cv.distance_compute_blas_threshold, cv.distance_compute_blas_database_bs = threshold, block
+    try: yield
+    finally: cv.distance_compute_blas_threshold, cv.distance_compute_blas_database_bs = old
+
+def openblas_core() -> str:
+    "The kernel set the OpenBLAS bundled with faiss-cpu chose for this CPU (`openblas_get_corename`), or why it is unknown."
+    import ctypes, glob
+    libs = glob.glob(os.path.join(os.path.dirname(os.path.dirname(faiss.__file__)), 'faiss_cpu.libs', 'libopenblas*.so*'))
+    if not libs: return 'unknown (no OpenBLAS bundled with faiss: it links the system BLAS)'
+    try:
+        f = ctypes.CDLL(libs[0]).openblas_get_corename; f.restype = ctypes.c_char_p
+        return f().decode()
+    except (OSError, AttributeError) as e: return f'unknown ({e})'
+
+
 # %% ../../nbs/12_index.ipynb #f7bebf8a
 def recall_at_k(rows: np.ndarray, # rows returned by an index [Q, >=k]
                 exact_rows: np.ndarray, # rows of the exact search [Q, >=k]
                 k: int) -> float:
     "Mean share of the exact top-k rows found in the top-k `rows`."
     return float(np.mean([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(rows, exact_rows)]))
+
+# %% ../../nbs/12_index.ipynb #5e1c0a72
+def recall_interval(rows: np.ndarray, # rows returned by an index [Q, >=k]
+                    exact_rows: np.ndarray, # rows of the exact search [Q, >=k]
+                    k: int, # recall@k
+                    z: float = 1.96, # the normal quantile (1.96: a 95% interval)
+                   ) -> tuple[float, float, float]:
+    "`(mean, low, high)`: recall@k and its interval over queries, mean ± z·sd/√n of the per-query recalls, within [0, 1]."
+    r = np.array([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(rows, exact_rows)], np.float64)
+    if not len(r): raise ValueError("recall_interval needs at least one query")
+    half = z * r.std(ddof=1) / math.sqrt(len(r)) if len(r) > 1 else math.inf
+    return float(r.mean()), float(max(0.0, r.mean() - half)), float(min(1.0, r.mean() + half))
 
 # %% ../../nbs/12_index.ipynb #dc5ed707
 def _save(self, path):
