@@ -38,6 +38,8 @@ install: $(VENV)/.installed chromium
 
 # Debian's Chromium for the explorer's browser test (tests/test_explorer_browser.py); installed when missing and we are
 # root with apt-get (CI), otherwise the test is skipped and says why. Playwright drives it; it never downloads a browser.
+# With it a CJK font, Debian's fonts-wqy-microhei (5 MB; Korean, Japanese and Chinese; fonts-noto-cjk is 91 MB), without
+# which Chromium draws the explorer's Korean (Figure 1's Banpo Bridge) as empty boxes; the browser test checks it.
 chromium:
 	@if ! command -v chromium >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -45,6 +47,13 @@ chromium:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
 	      echo "note: apt-get could not install chromium; the browser test will be skipped"; \
 	  else echo "note: chromium is missing (apt-get install chromium, as root); the browser test will be skipped"; fi; \
+	fi
+	@if ! fc-list :lang=ko 2>/dev/null | grep -q .; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's fonts-wqy-microhei (a CJK font: the explorer shows Korean)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-wqy-microhei >/dev/null) || \
+	      echo "note: apt-get could not install fonts-wqy-microhei; Korean shows as boxes in the explorer"; \
+	  else echo "note: no Korean font (apt-get install fonts-wqy-microhei, as root); Korean shows as boxes in the explorer"; fi; \
 	fi
 
 # The NPM explorer on http://127.0.0.1:8765 (the cpu NPM when it exists, else the quick one, else the MiniLM init; the page says which).

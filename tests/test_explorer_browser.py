@@ -92,3 +92,17 @@ def test_pasted_corpus(page):
         corpus_text='# Banpo\nThe Banpo Bridge crosses the Han River in Seoul.')
     assert page.locator('#result .npm-title').first.inner_text() == 'Banpo'
     page.select_option('#corpus', 'figure1')
+
+
+def test_korean_is_drawn_with_glyphs_not_boxes(page):
+    """NEWCOMER-3: without a CJK font Debian's Chromium drew the Banpo Bridge's 반포대교 as empty boxes, all alike. Two
+    different Hangul syllables, drawn in the page's own font, must look different."""
+    page.evaluate("""() => { const d = document.createElement('div'); d.id = 'glyphs';
+        d.style.cssText = 'position:fixed;top:0;left:0;background:#fff;color:#000;font-size:48px;line-height:1.2;z-index:9';
+        for (const [id, t] of [['ban', '반'], ['gyo', '교']]) {
+            const s = document.createElement('span'); s.id = id; s.textContent = t; d.appendChild(s); }
+        document.body.appendChild(d); }""")
+    try: ban, gyo = page.locator('#ban').screenshot(), page.locator('#gyo').screenshot()
+    finally: page.evaluate("document.getElementById('glyphs').remove()")
+    assert ban != gyo, ("Korean is drawn as empty boxes: this machine has no CJK font. Install one (Debian: apt-get install "
+                        "fonts-wqy-microhei, as root; `make install` does it when run as root).")

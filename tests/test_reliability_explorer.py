@@ -407,3 +407,19 @@ def test_serve_has_the_allow_host_its_refusal_names(tok, tmp_path, data):
         assert r.status_code == 403 and '--allow-host' in r.get_json()['error']
     finally:
         MODELS.pop('store', None); CORPORA.pop('store', None)
+
+
+# Issue #53 (RELIABILITY-4 D10): a pasted corpus that is not text, and a body key `self`, were answered 500
+# ('AttributeError: 'int' object has no attribute 'strip'', 'TypeError').
+
+@pytest.mark.parametrize('extra, says', [({'corpus': 'pasted', 'corpus_text': 5}, "The pasted corpus must be text"),
+                                         ({'corpus': 'pasted', 'corpus_text': True}, "not bool True"),
+                                         ({'self': 1}, "unknown setting(s) ['self']"),
+                                         ({'explorer': 'x', 'settings': 2}, "unknown setting(s) ['explorer', 'settings']")])
+def test_a_paste_that_is_not_text_or_an_unknown_key_answers_422(ex, extra, says):
+    client = create_app(ex, model='tiny').test_client()
+    r = post(client, query=Q, **extra)
+    j = r.get_json()
+    assert r.status_code == 422 and says in j['error'] and 'npm-error' in j['html'], (r.status_code, j)
+    _, message, status = ex.explore_status(Q, model='tiny', corpus='pasted', corpus_text=5)
+    assert status == 422 and 'must be text' in message

@@ -182,7 +182,7 @@ def cmd_info(a) -> int:
 
 # %% ../../nbs/24_cli.ipynb #3f19a3cd
 def serve_app(store, model: str | None = None, device: str | None = None, verify: bool | None = None,
-              query: str | None = None, # the query the page opens with (default: the explorer's)
+              query: str | None = None, # the query the page opens with (default: one drawn from the store)
               host: str = '127.0.0.1', # the address served: requests for it are answered
               allow_hosts=(), # other host names people reach it by (`--allow-host`); any other name gets 403
              ):
@@ -191,14 +191,14 @@ def serve_app(store, model: str | None = None, device: str | None = None, verify
     from npm_nb.run.reference import reference_bm25
     ds, npm = open_store(store, model, device, verify); m = ds.manifest
     corpus = E.register_corpus(E.CorpusEntry('store', f"{Path(store).name}: your datastore ({m['n_docs']:,} documents, {len(ds):,} vectors)"))
-    E.register_model(E.ModelEntry('store', f"NPM ({Path(str(npm.encoder.name_or_path)).name or m['encoder']})",
+    E.register_model(E.ModelEntry('store', E.encoder_label(npm.encoder.name_or_path),
                                   lambda profile, device=None: npm,
                                   lambda model, c, docs, profile, progress: E.NPMResources(ds, reference_bm25(ds), None, c),
                                   E.answer_npm))
     ex = E.Explorer(device=str(npm.device), progress=False)
     ex.resources('store', corpus.key)  # the BM25 index, built (or read from the store folder) before the first request
     note = f"Answers come from {Path(store).name} with {describe_encoder(str(npm.encoder.name_or_path))}."
-    return E.create_app(ex, 'store', corpus.key, query or E.EXAMPLE, note=note, host=host, allow_hosts=allow_hosts)
+    return E.create_app(ex, 'store', corpus.key, query, note=note, host=host, allow_hosts=allow_hosts)
 
 def describe_encoder(name: str) -> str:
     "Which encoder `name` is, in words: the cpu or quick profile's trained NPM, the untrained MiniLM init, or the folder."
@@ -210,9 +210,9 @@ def describe_encoder(name: str) -> str:
 
 def cmd_serve(a) -> int:
     "`npm-nb serve`: the explorer web page on the store, until Ctrl-C."
+    from npm_nb.run.explorer import serve
     app = serve_app(a.store, a.model, a.device, a.verify, a.query, host=a.host, allow_hosts=a.allow_host)
-    print(f'NPM explorer on {a.store}: http://{a.host}:{a.port}/  (Ctrl-C stops it)', flush=True)
-    app.run(host=a.host, port=a.port, threaded=True)
+    serve(app, a.host, a.port, f'NPM explorer on {a.store}')  # waitress: timeouts and limits (chapter 23)
 
 # %% ../../nbs/24_cli.ipynb #18da7330
 EXAMPLES = {'build': 'npm-nb build my-store notes/ papers.jsonl --model data/cache/checkpoints/cpu/npm/final',

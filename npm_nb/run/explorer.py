@@ -4,7 +4,7 @@
 
 # %% ../../nbs/23_explorer.ipynb #699c2248
 from __future__ import annotations
-import argparse, hashlib, html, json, os, re, shutil, socket, sys, tempfile, threading, time, traceback, warnings, weakref
+import argparse, errno, hashlib, html, inspect, json, os, re, shutil, socket, sys, tempfile, threading, time, traceback, warnings, weakref
 from dataclasses import dataclass, field, asdict
 from functools import lru_cache
 from pathlib import Path
@@ -19,15 +19,17 @@ from ..npm.inference import (MASK, NPM, neighbours, similarity, block_rows, bm25
 from .reference import trained_path, reference_datastore, reference_bm25, store_key
 
 # %% auto #0
-__all__ = ['MAX_QUERY_CHARS', 'MAX_CORPUS_CHARS', 'MAX_CORPUS_TOKENS', 'EXAMPLE', 'CORPORA', 'FIGURE1_DOCS', 'MODELS', 'QUICK',
-           'PASTED_KEEP', 'PASTED_BYTES', 'STYLE', 'PAGE', 'EXAMPLES', 'MAX_BODY_BYTES', 'LOCAL_HOSTS', 'CHROMIUM_ARGS',
-           'BENCH_QUERIES', 'BENCH_TEMPLATES', 'InputProblem', 'check_query', 'parse_corpus', 'check_paste_tokens',
-           'public_message', 'closed_set_task', 'parse_labels', 'task_verbalizer', 'CorpusEntry', 'register_corpus',
-           'ModelEntry', 'register_model', 'Settings', 'Evidence', 'Exploration', 'evidence', 'doc_meta',
-           'NPMResources', 'prepare_npm', 'answer_npm', 'register_checkpoint', 'pasted_root', 'sweep_pasted',
-           'Explorer', 'bars_svg', 'render_error', 'render_html', 'explorer_widget', 'request_problem', 'host_name',
-           'allowed_hosts', 'create_app', 'chromium_path', 'free_port', 'serve_in_thread', 'screenshot',
-           'start_explorer', 'main', 'latency_benchmark', 'write_latency']
+__all__ = ['MAX_QUERY_CHARS', 'MAX_CORPUS_CHARS', 'MAX_CORPUS_TOKENS', 'EXAMPLE', 'CORPORA', 'FIGURE1_DOCS', 'EXAMPLES', 'MODELS',
+           'K_NEIGHBOURS', 'QUICK', 'PASTED_KEEP', 'PASTED_BYTES', 'STYLE', 'PAGE', 'MAX_BODY_BYTES', 'LOCAL_HOSTS',
+           'REQUEST_FIELDS', 'SERVER_THREADS', 'CONNECTION_LIMIT', 'CHANNEL_TIMEOUT', 'SERVER_BODY_BYTES',
+           'CHROMIUM_ARGS', 'BENCH_QUERIES', 'BENCH_TEMPLATES', 'InputProblem', 'check_query', 'parse_corpus',
+           'check_paste_tokens', 'public_message', 'closed_set_task', 'parse_labels', 'task_verbalizer', 'CorpusEntry',
+           'register_corpus', 'ModelEntry', 'register_model', 'Settings', 'Evidence', 'Exploration', 'evidence',
+           'doc_meta', 'NPMResources', 'prepare_npm', 'answer_npm', 'register_checkpoint', 'encoder_label',
+           'pasted_root', 'sweep_pasted', 'Explorer', 'bars_svg', 'render_error', 'render_html', 'explorer_widget',
+           'masked_sentence', 'store_examples', 'request_problem', 'host_name', 'allowed_hosts', 'create_app',
+           'ExplorerServer', 'serve', 'serve_in_thread', 'chromium_path', 'free_port', 'screenshot', 'start_explorer',
+           'main', 'latency_benchmark', 'write_latency']
 
 # %% ../../nbs/23_explorer.ipynb #2b2d2377
 MAX_QUERY_CHARS = 1_000     # a query is a sentence or two around the blank
@@ -61,6 +63,9 @@ def check_query(text: str | None, # what the person typed
 def parse_corpus(text: str | None, # pasted reference text: paragraphs separated by blank lines
                  max_chars: int = MAX_CORPUS_CHARS) -> dict:
     "Documents `{'text', 'id', 'title'}` from pasted text, or an `InputProblem`."
+    if text is not None and not isinstance(text, str):
+        raise InputProblem(f"The pasted corpus must be text (paragraphs separated by blank lines), not {type(text).__name__} "
+                           f"{str(text)[:40]}.")
     text = (text or '').strip()
     if not text: raise InputProblem("The corpus is empty: paste a few paragraphs of reference text (separated by blank "
                                     "lines) for NPM to retrieve phrases from, or pick one of the built-in corpora.")
@@ -155,6 +160,7 @@ class CorpusEntry:
     budgets: dict = field(default_factory=dict)  # profile -> MiniLM-token budget (0 / missing: everything)
     docs: dict | None = None   # documents given in code ({'text', 'id', 'title'})
     pasted: bool = False       # the person pastes the documents
+    examples: tuple = ()       # the page's example queries; empty: drawn from the documents (`store_examples`)
 
 CORPORA: dict[str, CorpusEntry] = {}
 
@@ -176,13 +182,23 @@ FIGURE1_DOCS = {'id': ['thessaloniki', 'athens', 'banpo', 'hotel', 'chair', 'fil
                          "The film was great: a moving story, wonderful acting and a beautiful score.",
                          "The concert was terrible: the sound was awful and the band was bored."]}
 
-for _e in [CorpusEntry('figure1', "Figure 1's examples (7 short documents written for this chapter)", docs=FIGURE1_DOCS),
+EXAMPLES = ['Thessaloniki is a city in [MASK].', 'The Banpo Bridge crosses the [MASK] in Seoul.',  # figure1's queries
+            'The capital of Greece is [MASK].', 'The rooms were clean and the price was low. It was [MASK].']
+
+for _e in [CorpusEntry('figure1', "Figure 1's examples (7 short documents written for this chapter)", docs=FIGURE1_DOCS,
+                       examples=tuple(EXAMPLES)),
            CorpusEntry('open', 'Factbook 2025 + Wikipedia + WordNet (the open-set reference corpus of 05_open_set)',
-                       ('factbook2025', 'wikipedia', 'wordnet'), {'smoke': 10_000, 'cpu': 300_000, 'gpu': 0}),
+                       ('factbook2025', 'wikipedia', 'wordnet'), {'smoke': 10_000, 'cpu': 300_000, 'gpu': 0},
+                       examples=('Thessaloniki is a city in [MASK].', 'The capital of Greece is [MASK].',
+                                 'The currency of Japan is the [MASK].', 'Mount Everest is in [MASK].')),
            CorpusEntry('sentiment', 'IMDB + Fine Foods reviews + VADER snippets (the sentiment reference corpora of 04_closed_set)',
-                       ('imdb', 'finefoods', 'vader'), {'smoke': 5_000, 'cpu': 300_000, 'gpu': 2_000_000}),
+                       ('imdb', 'finefoods', 'vader'), {'smoke': 5_000, 'cpu': 300_000, 'gpu': 2_000_000},
+                       examples=('The rooms were clean and the price was low. It was [MASK].',
+                                 'The plot was dull and the acting was wooden. It was [MASK].')),
            CorpusEntry('topic', 'BBC news + Wikipedia (the topic reference corpora of 04_closed_set)',
-                       ('bbc', 'wikipedia'), {'smoke': 5_000, 'cpu': 300_000, 'gpu': 2_000_000}),
+                       ('bbc', 'wikipedia'), {'smoke': 5_000, 'cpu': 300_000, 'gpu': 2_000_000},
+                       examples=('Shares fell after the bank reported a loss. The text topic is about [MASK].',
+                                 'The striker scored twice in the final. The text topic is about [MASK].')),
            CorpusEntry('pasted', 'Your own text (paste it below)', pasted=True)]:
     register_corpus(_e)
 
@@ -205,11 +221,14 @@ def register_model(entry: ModelEntry) -> ModelEntry:
     MODELS[entry.key] = entry; return entry
 
 # %% ../../nbs/23_explorer.ipynb #8277d080
+K_NEIGHBOURS = inspect.signature(NPM.predict_batch).parameters['k'].default  # 4096, the paper's k (App. A.1): the default
+                                                                             # of NPM.predict, `npm-nb ask -k`, the page, the widget
+
 @dataclass
 class Settings:
     "How one query is answered (the paper's inference knobs)."
     bm25: bool = True               # restrict to the top `restrict_k` BM25 blocks (§6.3); False: dense over the whole store
-    k: int = 1024                   # dense: start / end neighbours (paper 4096); closed-set labels always use dense k
+    k: int = K_NEIGHBOURS           # dense: start / end neighbours; closed-set labels always use dense k
     l_max: int = 10                 # longest phrase in tokens
     temperature: float = 1.0        # softmax temperature of phrases and neighbour distributions
     label_temperature: float = 5.0  # τ of the closed-set label probabilities (App. A.4)
@@ -457,6 +476,22 @@ def register_checkpoint(path, # a checkpoint folder written by `npm_nb.npm.train
     register_model(ModelEntry(key, f"{'NPM' if mode == 'npm' else 'NPM-single'} ({path.parent.name}/{path.name})",
                               load, prepare_npm, answer_npm, missing))
     return key
+
+def encoder_label(name) -> str:
+    "A model label for an encoder folder or alias (e.g. a store's recorded encoder): the MiniLM init, a profile's NPM, or the folder."
+    from npm_nb.models import resolve_model
+    try: minilm = Path(resolve_model('minilm')).resolve()
+    except FileNotFoundError: minilm = None
+    path = Path(str(name)).resolve()
+    if str(name) == 'minilm' or path == minilm: return MODELS['init'].label
+    root = data_dir('cache', 'checkpoints').resolve()
+    if path.is_relative_to(root) and len(path.relative_to(root).parts) == 3:  # <profile>/<objective>/<checkpoint>
+        profile, objective, ckpt = path.relative_to(root).parts
+        what = {'npm': 'NPM', 'single': 'NPM-single'}.get(objective, objective)
+        if path == (root/profile/objective/'final').resolve():  # `final` links to the last checkpoint
+            return MODELS[QUICK].label if (profile, objective) == (QUICK, 'npm') else f'{what} (trained, {profile} profile)'
+        return f'{what} ({profile} profile, {ckpt})'
+    return f"NPM encoder ({'/'.join(path.parts[-2:]) if path.name in ('model', 'final') else path.name})"
 
 # %% ../../nbs/23_explorer.ipynb #c9d2e002
 PASTED_KEEP = 3              # pasted corpora an explorer keeps ready (in memory and on disk); older ones are deleted
@@ -731,7 +766,7 @@ def explorer_widget(explorer: Explorer | None = None, # default: a new `Explorer
              model=W.Dropdown(options=[('auto: ' + MODELS[ex.default_model()[0]].label, 'auto')] + models, description='Model'),
              corpus=W.Dropdown(options=[(e.label, k) for k, e in CORPORA.items()], value=corpus, description='Corpus', layout=lay),
              corpus_text=W.Textarea(placeholder='Paste paragraphs separated by blank lines', layout=W.Layout(width='98%', display='none')),
-             bm25=W.Checkbox(value=True, description='BM25 restriction'), k=W.IntSlider(1024, 16, 8192, 16, description='k'),
+             bm25=W.Checkbox(value=True, description='BM25 restriction'), k=W.IntSlider(K_NEIGHBOURS, 16, 16_384, 16, description='k'),
              l_max=W.IntSlider(10, 1, 30, description='l_max'), temperature=W.FloatLogSlider(1.0, min=-1, max=1, description='temperature'),
              labels=W.Text(placeholder='great: good, wonderful | terrible: bad (optional)', description='Labels', layout=lay))
     run, out = W.Button(description='Fill the mask', button_style='primary'), W.HTML()
@@ -772,7 +807,7 @@ form input[type=number]{width:100%;box-sizing:border-box}button{margin-top:12px;
 <div id="pasted" style="display:none"><label for="corpus_text">Your documents (blank line between them; "# Title" first line optional)</label>
 <textarea id="corpus_text" name="corpus_text" rows="6"></textarea></div>
 <label><input type="checkbox" id="bm25" name="bm25" checked> BM25: search only the top blocks (paper §6.3)</label>
-<div class="row"><div><label for="k">k</label><input type="number" id="k" name="k" value="1024" min="1" max="16384"></div>
+<div class="row"><div><label for="k">k</label><input type="number" id="k" name="k" value="{{k}}" min="1" max="16384"></div>
 <div><label for="l_max">l_max</label><input type="number" id="l_max" name="l_max" value="10" min="1" max="30"></div>
 <div><label for="temperature">temperature</label><input type="number" id="temperature" name="temperature" value="1" step="any" min="0.01"></div></div>
 <label for="labels">Labels (optional): great: good, wonderful | terrible: bad</label><input type="text" id="labels" name="labels">
@@ -789,17 +824,56 @@ f.addEventListener('submit',async e=>{e.preventDefault();const body={};
   for(const el of f.elements){if(!el.name)continue;body[el.name]=el.type==='checkbox'?el.checked:el.value;}
   st.textContent='Answering…';const t0=performance.now();
   try{const r=await fetch('api/explore',{method:'POST',headers:{'Content-Type':'application/json'},body:JSON.stringify(body)});
-    const j=await r.json();const ms=performance.now()-t0;res.innerHTML=j.html||'';
+    const text=await r.text();let j;
+    try{j=JSON.parse(text);}catch(_){  // an answer of the server itself (waitress), not of the app: say it as the app would
+      j={error:r.status===413?'The request is longer than the explorer reads: paste at most {{max_chars}} characters.'
+                             :`The explorer server answered ${r.status} ${r.statusText}.`};
+      const d=document.createElement('div');d.className='npm-error';d.setAttribute('role','alert');d.textContent=j.error;
+      j.html=d.outerHTML;}
+    const ms=performance.now()-t0;res.innerHTML=j.html||'';
     st.textContent=j.error?'':`Answered in ${j.seconds.toFixed(2)} s (model and corpus loaded; ${(ms/1000).toFixed(2)} s round trip in this browser)`;
   }catch(err){res.innerHTML='<div class="npm-error" role="alert">The explorer server did not answer: is it still running?</div>';st.textContent='';}
 });
 </script></body></html>"""
 
-EXAMPLES = ['Thessaloniki is a city in [MASK].', 'The Banpo Bridge crosses the [MASK] in Seoul.',
-            'The capital of Greece is [MASK].', 'The rooms were clean and the price was low. It was [MASK].']
+# %% ../../nbs/23_explorer.ipynb #a7c1e006
+_PLAIN_WORDS = set('''a an the and or but of in on at to for with from by as into about than then that this these those
+is are was were be been being it its there their they them he she his her we our you your which who whom whose what
+when where how not also very more most such only other some any each'''.split())
+
+def masked_sentence(sentence: str, # one sentence of a document
+                    min_chars: int = 20, max_chars: int = 160) -> str | None:
+    "The sentence with its last name (else its last long word) as the `[MASK]`, or None when it makes no good query."
+    s = ' '.join(sentence.split())
+    if not min_chars <= len(s) <= max_chars or s[-1] not in '.!?' or '[' in s: return None
+    words = list(re.finditer(r"[^\W\d_][\w'’-]*", s))
+    if len(words) < 4: return None
+    caps = [i for i in range(1, len(words)) if words[i].group()[0].isupper()]
+    if caps:  # the last run of capitalised words, e.g. 'South Korea'
+        j = caps[-1]; i = j
+        while i - 1 in caps and s[words[i - 1].end():words[i].start()] == ' ': i -= 1
+    else:
+        long = [i for i in range(1, len(words)) if len(words[i].group()) >= 4 and words[i].group().lower() not in _PLAIN_WORDS]
+        if not long: return None
+        i = j = long[-1]
+    return s[:words[i].start()] + MASK + s[words[j].end():]
+
+def store_examples(ds, # a datastore (or anything with `.texts`, the documents)
+                   n: int = 4, # example queries wanted
+                   tries: int = 25, # documents read at most in each part of the store
+                  ) -> list:
+    "Up to `n` queries drawn from the store's own documents, one from each of `n` equal parts of it, in order."
+    texts, out = ds.texts, []
+    for part in range(n):
+        lo, hi = part * len(texts) // n, (part + 1) * len(texts) // n
+        for doc in range(lo, min(hi, lo + tries)):
+            sentences = re.split(r'(?<=[.!?])\s+', texts[doc][:3000])
+            q = next((q for q in map(masked_sentence, sentences) if q and q not in out), None)
+            if q: out.append(q); break
+    return out
 
 # %% ../../nbs/23_explorer.ipynb #db0b8697
-def _page(ex: Explorer, model: str, corpus: str, query: str, note: str | None) -> str:
+def _page(ex: Explorer, model: str, corpus: str, query: str, note: str | None, examples: list) -> str:
     esc, opts = html.escape, ex.options()
     models = [f'<option value="auto"{" selected" if model == "auto" else ""}>auto: {esc(MODELS[ex.default_model()[0]].label)}</option>']
     models += [f'<option value="{esc(m["key"])}"{" selected" if m["key"] == model else ""}{" disabled" if m["missing"] else ""}'
@@ -807,16 +881,18 @@ def _page(ex: Explorer, model: str, corpus: str, query: str, note: str | None) -
                f'{" (not trained yet)" if m["missing"] else ""}</option>' for m in opts['models']]
     corpora = [f'<option value="{esc(c["key"])}"{" selected" if c["key"] == corpus else ""}{" data-pasted=1" if c["pasted"] else ""}>'
                f'{esc(c["label"])}</option>' for c in opts['corpora']]
-    examples = ''.join(f'<button type="button" data-q="{esc(q)}">{esc(q)}</button>' for q in EXAMPLES)
+    examples = ''.join(f'<button type="button" data-q="{esc(q)}">{esc(q)}</button>' for q in examples)
     page = PAGE
     for k, v in dict(banner=f'<div class="banner" id="banner">{esc(note)}</div>' if note else '', query=esc(query),
-                     models=''.join(models), corpora=''.join(corpora), examples=examples,
+                     models=''.join(models), corpora=''.join(corpora), examples=examples, k=str(K_NEIGHBOURS),
+                     max_chars=f'{MAX_CORPUS_CHARS:,}',
                      status=f'Profile {esc(ex.profile)}. Type a sentence with [MASK] and press Enter.').items():
         page = page.replace('{{' + k + '}}', v)
     return page
 
 MAX_BODY_BYTES = 12 * MAX_CORPUS_CHARS + 2**16  # the longest paste, each character JSON-escaped as a surrogate pair, + the form
 LOCAL_HOSTS = ('localhost', '127.0.0.1', '::1')
+REQUEST_FIELDS = {'model', 'corpus', 'corpus_text'}  # what a request names besides its query and its `Settings`
 
 def request_problem(body: dict) -> str | None:
     "Why a request's fields cannot be read (a list or object where a value goes, text that is not valid Unicode), or None."
@@ -849,7 +925,8 @@ def allowed_hosts(bind: str = '127.0.0.1', # the address the server listens on
     return names
 
 # %% ../../nbs/23_explorer.ipynb #c9d2e010
-def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1', query: str = EXAMPLE,
+def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
+               query: str | None = None, # the query the page opens with (default: its first example)
                host: str = '127.0.0.1', # the address the server listens on (its name is accepted as Host)
                allow_hosts=(), # other Host names to answer (e.g. 'explorer.lan'): every other one gets 403
                max_body: int = MAX_BODY_BYTES, # longer request bodies get 413, unread
@@ -861,6 +938,15 @@ def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
     app = Flask('npm_nb.run.explorer'); app.config['MAX_CONTENT_LENGTH'] = max_body  # also stops bodies sent without a length
     hosts = allowed_hosts(host, allow_hosts)
     if note is None and model == 'auto': note = explorer.default_model()[1]
+    chips = []
+
+    def examples() -> list:  # the served corpus's, or drawn from its documents (once, on the first page)
+        if not chips:
+            c = CORPORA.get(corpus)
+            try: chips.extend((c.examples if c and c.examples else store_examples(explorer.resources(model, corpus).ds)))
+            except Exception: traceback.print_exc(file=sys.stderr)  # the page still opens, with the default example
+            chips.extend([] if chips else [EXAMPLE])
+        return chips
 
     def error(message: str, status: int):
         message = public_message(message)
@@ -876,7 +962,7 @@ def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
                          f"paste at most {MAX_CORPUS_CHARS:,} characters.", 413)
 
     @app.get('/')
-    def index(): return _page(explorer, model, corpus, query, note)
+    def index(): return _page(explorer, model, corpus, query or examples()[0], note, examples())
 
     @app.post('/api/explore')
     def api_explore():
@@ -885,6 +971,9 @@ def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
             return error('The request was not a JSON object: send one such as {"query": "Thessaloniki is a city in [MASK]."}', 400)
         if problem := request_problem(body): return error(problem, 400)
         q = body.pop('query', '')
+        unknown = set(body) - REQUEST_FIELDS - set(Settings.__dataclass_fields__)
+        if unknown:
+            return error(f"unknown setting(s) {sorted(unknown)}: use {sorted(REQUEST_FIELDS | set(Settings.__dataclass_fields__))}", 422)
         body.setdefault('model', model); body.setdefault('corpus', corpus)  # a plain request asks what the page shows
         e, err, status = explorer.explore_status(q if isinstance(q, str) else str(q), **body)
         if err: return error(err, status)
@@ -902,6 +991,66 @@ def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
         return error(f'The server could not handle that request ({type(e).__name__}); the details are in its log.', 500)
     return app
 
+# %% ../../nbs/23_explorer.ipynb #a7c1e002
+SERVER_THREADS = 4        # requests the app works on at once (an answer is mostly one forward pass); more wait in line
+CONNECTION_LIMIT = 200    # connections open at once; more wait in the kernel's queue until some close
+CHANNEL_TIMEOUT = 30      # seconds a connection may sit idle, half a request included, before the server closes it
+SERVER_BODY_BYTES = 4 * MAX_BODY_BYTES  # longer bodies: 413 unread, connection closed; shorter ones are read, and the
+                                        # app answers those over MAX_BODY_BYTES with its own sentence (413)
+
+class ExplorerServer:
+    "A WSGI app served by waitress with bounded threads, connections, idle time and body size; `.port` is the bound port."
+    def __init__(self, app, host: str = '127.0.0.1', port: int = 8765, # port 0: any free one
+                 threads: int = SERVER_THREADS, connection_limit: int = CONNECTION_LIMIT,
+                 channel_timeout: int = CHANNEL_TIMEOUT, max_body: int = SERVER_BODY_BYTES,
+                 **adjustments): # other waitress settings, e.g. cleanup_interval: how often idle connections are looked for
+        from waitress.server import create_server
+        self.map, self.host, self._stop, self._done, self._started = {}, host, threading.Event(), threading.Event(), False
+        adjustments.setdefault('cleanup_interval', max(1, channel_timeout // 3))  # idle ones go within 4/3 of the timeout
+        try:
+            self.server = create_server(app, map=self.map, host=host, port=port, threads=threads,
+                                        connection_limit=connection_limit, channel_timeout=channel_timeout,
+                                        max_request_body_size=max_body, server_name=host, ident='npm-nb explorer',
+                                        asyncore_use_poll=True, **adjustments)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE: raise
+            raise OSError(e.errno, f"port {port} of {host} is already in use (another explorer?): stop that one, or "
+                                   "pick a free port with --port") from None
+        self.port = int(getattr(self.server, 'effective_port', 0) or self.server.effective_listen[0][1])
+
+    def run(self):
+        "Serve until `shutdown()` or Ctrl-C; then close every connection and stop the app's threads."
+        from waitress import wasyncore
+        self._started = True
+        try:
+            while self.map and not self._stop.is_set(): wasyncore.loop(timeout=0.25, map=self.map, use_poll=True, count=1)
+        finally: self._close()
+
+    def _close(self):
+        from waitress import wasyncore
+        wasyncore.close_all(self.map); self.server.task_dispatcher.shutdown(timeout=5); self._done.set()
+
+    def shutdown(self, timeout: float = 10):
+        "Stop serving (from another thread) and wait until it has stopped."
+        self._stop.set()
+        if self._started: self._done.wait(timeout)
+        else: self._close()
+
+def serve(app, host: str = '127.0.0.1', port: int = 8765, # where to listen
+          title: str = 'NPM explorer', # what the start-up line calls it
+          **kw) -> None: # `ExplorerServer` settings
+    "Serve `app` in the foreground until Ctrl-C, after printing its address."
+    srv = ExplorerServer(app, host, port, **kw)
+    print(f'{title}: http://{host}:{srv.port}/  (Ctrl-C stops it)', flush=True)
+    try: srv.run()
+    except KeyboardInterrupt: print('stopped', flush=True)
+
+def serve_in_thread(app, port: int = 0, host: str = '127.0.0.1', **kw) -> ExplorerServer:
+    "Serve `app` from a daemon thread; returns the server (`.port`, `.shutdown()`)."
+    srv = ExplorerServer(app, host, port, **kw)
+    threading.Thread(target=srv.run, daemon=True, name='npm-nb-explorer-server').start()
+    return srv
+
 # %% ../../nbs/23_explorer.ipynb #d2c0b21a
 def chromium_path() -> str | None:
     "Debian's Chromium (`/usr/bin/chromium`), `NPM_NB_CHROMIUM`, or None."
@@ -916,13 +1065,6 @@ CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-
 def free_port() -> int:
     "A free TCP port on 127.0.0.1."
     with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
-
-def serve_in_thread(app, port: int, host: str = '127.0.0.1'):
-    "Serve a Flask app from a daemon thread; returns the server (call `.shutdown()` to stop it)."
-    from werkzeug.serving import make_server
-    srv = make_server(host, port, app, threaded=True)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
 
 # %% ../../nbs/23_explorer.ipynb #10f03a75
 def screenshot(url: str, path, query: str, # the page, the PNG to write and the query to type
@@ -995,15 +1137,14 @@ def main(argv=None):
     ex = start_explorer(a.profile, a.model, a.corpus, a.device, fuzzy=not a.plain_labels)
     app = create_app(ex, a.model, ex.corpus, a.query, host=a.host, allow_hosts=a.allow_host)
     if a.screenshot:
-        port = free_port(); srv = serve_in_thread(app, port)
-        try: mark = screenshot(f'http://127.0.0.1:{port}/', a.screenshot, a.query)
+        srv = serve_in_thread(app, 0)
+        try: mark = screenshot(f'http://127.0.0.1:{srv.port}/', a.screenshot, a.query)
         finally: srv.shutdown()
         print(f'{a.screenshot}: the app answering {a.query!r} (top phrase highlighted: {mark!r})'); return
-    print(f'NPM explorer: http://{a.host}:{a.port}/  (Ctrl-C stops it)', flush=True)
     if host_name(a.host) in ('0.0.0.0', '::') and not a.allow_host:
         print('Only requests for localhost, 127.0.0.1 and [::1] are answered: add --allow-host NAME for each name people '
               'use to reach this machine.', file=sys.stderr, flush=True)
-    app.run(host=a.host, port=a.port, threaded=True)
+    serve(app, a.host, a.port)
 
 # %% ../../nbs/23_explorer.ipynb #11fc6878
 BENCH_QUERIES = ['Thessaloniki is a city in [MASK].', 'The capital of Greece is [MASK].', 'The Han River flows through [MASK].',
