@@ -8,12 +8,12 @@ import os, re, json, time, shutil, tempfile, contextlib
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SETTINGS', 'project_root', 'data_dir', 'results_dir', 'disk_errors', 'atomic_path', 'atomic_write_bytes',
-           'atomic_write_text', 'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json', 'check_schema',
-           'UnsafeFileError', 'load_state', 'UnsafeNameError', 'checked_path', 'extract_tar', 'extract_zip',
-           'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'open_lock_file', 'hold_lock',
-           'pid_alive', 'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics', 'setting_problem',
-           'check_setting']
+__all__ = ['SETTINGS', 'project_root', 'data_dir', 'committed_results_dir', 'results_dir', 'disk_errors', 'atomic_path',
+           'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json',
+           'check_schema', 'UnsafeFileError', 'load_state', 'UnsafeNameError', 'checked_path', 'extract_tar',
+           'extract_zip', 'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'open_lock_file',
+           'hold_lock', 'pid_alive', 'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics',
+           'setting_problem', 'check_setting']
 
 # %% ../nbs/01_core.ipynb #a89dcfc9
 def project_root() -> Path:
@@ -29,9 +29,21 @@ def data_dir(*parts) -> Path:
     "A path under the data folder (`$NPM_NB_DATA` or `<root>/data`)."
     return Path(os.environ.get('NPM_NB_DATA', project_root()/'data')).joinpath(*parts)
 
+def committed_results_dir(*parts) -> Path:
+    "A path under the published results tree: `$NPM_NB_RESULTS` when set, else the tracked `<root>/results`."
+    return Path(os.environ.get('NPM_NB_RESULTS') or project_root()/'results').joinpath(*parts)
+
+_SCRATCH_SAID = []
+
 def results_dir(*parts) -> Path:
-    "A path under the results folder (`$NPM_NB_RESULTS` or `<root>/results`)."
-    return Path(os.environ.get('NPM_NB_RESULTS', project_root()/'results')).joinpath(*parts)
+    "Where this process writes tables and figures: `$NPM_NB_RESULTS` when set (the batch sets it), else `data/scratch/results`."
+    if os.environ.get('NPM_NB_RESULTS'): return Path(os.environ['NPM_NB_RESULTS']).joinpath(*parts)
+    root = data_dir('scratch', 'results')
+    if not _SCRATCH_SAID:
+        _SCRATCH_SAID.append(root); import sys
+        print(f"note: NPM_NB_RESULTS is not set, so tables and figures go to {root}, not the tracked results/ "
+              "(the batch publishes there: python -m npm_nb.run.batch cpu)", file=sys.stderr)
+    return root.joinpath(*parts)
 
 # %% ../nbs/01_core.ipynb #0b327188
 _NO_ROOM = ('unexpected pos', 'file write failed', 'fwrite', 'No space left', 'File too large', 'Disk quota',
@@ -45,8 +57,15 @@ def _no_room(path, errno_=None) -> OSError:
                        f"(`ulimit -f`: {limit if limit == resource.RLIM_INFINITY else f'{limit / 2**20:,.1f} MiB'}); "
                        "raise the limit (ulimit -f unlimited) and run again")
     return OSError(errno.ENOSPC, f"writing {path} failed: the disk of {_existing(path)} is full "
-                   f"({free_bytes(_existing(path)) / 2**20:,.1f} MiB free); free some space (or set NPM_NB_DATA to a "
-                   "larger disk) and run again")
+                   f"({free_bytes(_existing(path)) / 2**20:,.1f} MiB free); free some space (or set {_folder_variable(path)} "
+                   "to a larger disk) and run again")
+
+def _folder_variable(path) -> str:
+    "The environment variable that moves the folder of `path`: NPM_NB_RESULTS for a results tree, else NPM_NB_DATA."
+    p = Path(os.path.abspath(path))
+    trees = [Path(os.environ['NPM_NB_RESULTS'])] if os.environ.get('NPM_NB_RESULTS') else []
+    trees += [project_root()/'results', data_dir('scratch', 'results')]
+    return 'NPM_NB_RESULTS' if any(p.is_relative_to(Path(os.path.abspath(t))) for t in trees) else 'NPM_NB_DATA'
 
 def _existing(path: Path) -> Path:
     return next((p for p in [path, *path.parents] if p.exists()), Path('.'))

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/09_training.ipynb #94636c49
 from __future__ import annotations
-import os, sys, json, math, time, random, shutil, argparse, contextlib, dataclasses, functools, warnings
+import os, sys, json, math, time, random, shutil, argparse, contextlib, contextvars, dataclasses, functools, warnings
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
@@ -446,8 +446,11 @@ def prune_checkpoints(out_dir, keep_last: int = 2):
         if p.resolve() != fin: shutil.rmtree(p)
 
 def link_final(out_dir, ckpt: Path) -> Path:
-    "Point `<out_dir>/final` at `ckpt` (atomic symlink swap)."
-    out_dir = Path(out_dir); tmp = out_dir/f'.final-{os.getpid()}'
+    "Point `<out_dir>/final` at `ckpt` (atomic symlink swap); when it already does, nothing is written (a read-only finished run)."
+    out_dir = Path(out_dir)
+    if (out_dir/'final').is_symlink() and os.readlink(out_dir/'final') == Path(ckpt).name: return out_dir/'final'
+    if not os.access(out_dir, os.W_OK): return Path(ckpt)  # read-only, `final` missing or elsewhere: the finished checkpoint itself
+    tmp = out_dir/f'.final-{os.getpid()}'
     if tmp.is_symlink() or tmp.exists(): tmp.unlink()
     tmp.symlink_to(Path(ckpt).name, target_is_directory=True); os.replace(tmp, out_dir/'final')
     return out_dir/'final'
@@ -528,12 +531,24 @@ def _past(deadline: float, world: int, device) -> bool:
     dist.all_reduce(late, op=dist.ReduceOp.MAX)
     return bool(late.item())
 
+_READ_ONLY = contextvars.ContextVar('read_only_run', default=None)  # the run folder, while `train` reads a read-only one
+
+def _read_only_error(out: Path, why: str) -> OSError:
+    import errno
+    return OSError(errno.EROFS, f"{out} is read-only and {why}, so training would have to write there: make it writable "
+                   f"(`chmod -R u+w {out}`) or train into another folder (TrainConfig.out_dir)")
+
 def _one_writer(fn):
     "Hold the lock of the run's checkpoint folder (rank 0) for the whole call: two runs into one folder fail fast."
     @functools.wraps(fn)
     def locked(cfg, *args, **kw):
         if _dist_info()[0] != 0: return fn(cfg, *args, **kw)
-        with hold_lock(Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, cfg.objective), 'checkpoint folder'):
+        folder = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, cfg.objective)
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):  # read-only (a copied run, a mount): a finished run
+            token = _READ_ONLY.set(folder)                                  # is only read; anything else says so (`start_state`)
+            try: return fn(cfg, *args, **kw)
+            finally: _READ_ONLY.reset(token)
+        with hold_lock(folder, 'checkpoint folder'):
             return fn(cfg, *args, **kw)
     return locked
 
@@ -571,6 +586,7 @@ def start_state(cfg: TrainConfig, model, # the init model (its fingerprint must 
     init_fp = encoder_fingerprint(model)
     out = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, cfg.objective)
     metrics_path = out/'metrics.jsonl'
+    if _READ_ONLY.get() is not None and not resume: raise _read_only_error(out, 'resume=False would start it over')
     if not resume and rank == 0:  # start over: old checkpoints would be picked by a later resume
         for p in list_checkpoints(out): shutil.rmtree(p)
         if (out/'final').is_symlink(): (out/'final').unlink()
@@ -580,10 +596,12 @@ def start_state(cfg: TrainConfig, model, # the init model (its fingerprint must 
     if cks:
         ck, state, model = resume_point(cks, cfg, init_fp, type(model))
         if state['step'] >= cfg.steps: return out, cks, state, model, ck
+        if _READ_ONLY.get() is not None: raise _read_only_error(out, f"its run stopped at step {state['step']} of {cfg.steps}")
         if state.get('world', 1) != world:
             raise ValueError(f"cannot resume from {cks[-1]}: it was trained by {state.get('world', 1)} process(es) and this run has "
                              f"{world}; the data order and the candidate pool depend on it. Use the same number of ranks "
                              "(torchrun --nproc_per_node), another out_dir, or resume=False to start over")
+    elif _READ_ONLY.get() is not None: raise _read_only_error(out, 'it holds no checkpoint of this run')
     elif rank == 0 and metrics_path.exists(): metrics_path.unlink()
     if rank == 0: truncate_metrics(metrics_path, state['step'])
     return out, cks, state, model, None

@@ -9,20 +9,21 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 import yaml
-from ..core import (project_root, results_dir, data_dir, atomic_path, atomic_write_text, atomic_write_json,
+from ..core import (project_root, results_dir, committed_results_dir, data_dir, atomic_path, atomic_write_text, atomic_write_json,
                          read_json, check_schema, hold_lock, LockedError, open_lock_file)
 
 # %% auto #0
-__all__ = ['FREE_TEXT', 'MODEL_PARAMS', 'PACKAGES', 'WHERE_PARAMS', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'STEP_STATES',
-           'STATUS_SCHEMA', 'LOCAL_MARK', 'OUTPUT_KINDS', 'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S',
-           'BatchError', 'read_yaml', 'deep_merge', 'params_dir', 'list_profiles', 'find_profile', 'load_profile',
-           'parse_value', 'apply_overrides', 'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir',
-           'list_experiments', 'notebook_path', 'notebook_parameters', 'make_demo_notebook', 'value_matches',
-           'setting_problems', 'plan', 'new_run_id', 'env_info', 'step_key', 'run_step', 'to_jsonable', 'from_jsonable',
-           'StepCache', 'markdown_table', 'beside_paper', 'write_table', 'table_page', 'save_figure', 'example_keys',
-           'example_rows', 'write_examples', 'read_examples', 'latest_run', 'first_sentence', 'write_results_readme',
-           'read_status', 'publishes', 'summary_table', 'fit_precision', 'profile_key', 'step_cache_dir',
-           'reap_stopped_runs', 'run_batch', 'describe', 'main']
+__all__ = ['MAX_YAML_BYTES', 'MAX_NUMBER', 'FREE_TEXT', 'MODEL_PARAMS', 'TRAINED_OBJECTIVES', 'PACKAGES', 'WHERE_PARAMS',
+           'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'STEP_STATES', 'STATUS_SCHEMA', 'LOCAL_MARK', 'OUTPUT_KINDS',
+           'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'MAX_BUDGET_S', 'BatchError', 'read_yaml', 'deep_merge',
+           'params_dir', 'list_profiles', 'find_profile', 'load_profile', 'parse_value', 'apply_overrides',
+           'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir', 'list_experiments', 'notebook_path',
+           'notebook_parameters', 'make_demo_notebook', 'value_matches', 'setting_problems', 'plan',
+           'MissingPrerequisite', 'require_data', 'require_trained', 'new_run_id', 'env_info', 'step_key', 'run_step',
+           'to_jsonable', 'from_jsonable', 'StepCache', 'markdown_table', 'beside_paper', 'write_table', 'table_page',
+           'save_figure', 'example_keys', 'example_rows', 'write_examples', 'read_examples', 'latest_run',
+           'first_sentence', 'write_results_readme', 'read_status', 'publishes', 'summary_table', 'fit_precision',
+           'profile_key', 'step_cache_dir', 'reap_stopped_runs', 'run_batch', 'describe', 'main']
 
 # %% ../../nbs/21_batch.ipynb #3542fcce
 class BatchError(Exception):
@@ -45,6 +46,12 @@ def _unique_mapping(loader, node, deep=False):
     seen = {}
     for k, _ in node.value:
         key = loader.construct_object(k, deep=deep)
+        try: hash(key)
+        except TypeError:  # `{{7*7}}` or `? [a]: b`: a mapping or list as a key
+            raise yaml.constructor.ConstructorError(
+                'while reading a mapping', node.start_mark,
+                f"a key is {_kind_of(key)} ({str(key)[:60]}), not a name: quote a value that starts with '{{' or '[' "
+                "(e.g. '{{7*7}}' in quotes)", k.start_mark) from None
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 'while reading a mapping', node.start_mark,
@@ -53,8 +60,15 @@ def _unique_mapping(loader, node, deep=False):
     return loader.construct_mapping(node, deep=deep)
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
+def _kind_of(v) -> str: return {dict: 'a mapping', list: 'a list'}.get(type(v), f'a {type(v).__name__}')
+
+MAX_YAML_BYTES = 256 << 10  # a profile is a few KB; a value of megabytes is a mistake that would take minutes to read
+
 def read_yaml(text: str):
-    "Parse YAML text (safe), reading `3e-4` as a float and refusing duplicate keys."
+    "Parse YAML text (safe), reading `3e-4` as a float and refusing duplicate keys and texts over `MAX_YAML_BYTES`."
+    if len(text) > MAX_YAML_BYTES:
+        raise yaml.YAMLError(f"{len(text) / 2**20:,.1f} MiB of YAML: a profile or value is at most {MAX_YAML_BYTES >> 10} KiB "
+                             "(list a few values; a long list of items belongs in a file the notebook reads)")
     return yaml.load(text, Loader=_Loader)
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -103,6 +117,9 @@ def load_profile(profile: str, folder=None) -> dict:
     cfg = {}
     for f in [path.parent/'base.yaml', *_profile_chain(path, folder)]:
         if not f.exists() or (f != path and path.stem == 'base'): continue
+        if (size := f.stat().st_size) > MAX_YAML_BYTES:
+            raise BatchError(f"{f} is {size / 2**20:,.1f} MiB: a profile is at most {MAX_YAML_BYTES >> 10} KiB (a few KB of "
+                             "`params:` and `notebooks:`); shorten the long value, or put a long list in a file the notebook reads.")
         try: d = read_yaml(f.read_text()) or {}
         except yaml.YAMLError as e:
             where = getattr(e, 'problem_mark', None)
@@ -136,6 +153,9 @@ def load_profile(profile: str, folder=None) -> dict:
 # %% ../../nbs/21_batch.ipynb #0f14f407
 def parse_value(text: str):
     "A command-line value read as YAML (`10` → int, `3e-4` → float, `[a, b]` → list, `cpu` → str)."
+    if len(text) > MAX_YAML_BYTES:
+        raise BatchError(f"a -p value of {len(text):,} characters: at most {MAX_YAML_BYTES >> 10} KiB (list a few values; a long "
+                         "list belongs in a file the notebook reads)")
     try: return read_yaml(text) if text.strip() else text
     except yaml.YAMLError: return text
 
@@ -160,7 +180,9 @@ def apply_overrides(cfg: dict, # a merged profile from `load_profile`
     return cfg
 
 # %% ../../nbs/21_batch.ipynb #6477ebdd
-_RULE = re.compile(r'\[\s*((?:>=|>|<=|<)\s*[-+]?[\d_.]+(?:[eE][-+]?\d+)?|one of:[^\]]+|device)\s*\]')
+_CMP = r'(?:>=|>|<=|<)\s*[-+]?[\d_.]+(?:[eE][-+]?\d+)?'
+_RULE = re.compile(rf'\[\s*({_CMP}(?:\s*,\s*{_CMP})?|one of:[^\]]+|device)\s*\]')  # `[> 0]`, `[> 0, <= 10]`, `[one of: a, b]`
+MAX_NUMBER = 1e12  # no count, size or rate of an experiment is this large: a bigger number is a typo (`1e300`)
 
 def parameter_rule(help: str | None) -> str | None:
     "The allowed-values rule in a parameter's help comment (`[>= 1]`, `[one of: a, b]`), or None."
@@ -211,13 +233,18 @@ def implied_rule(name: str, type_: str | None,
     if type_ in ('int', 'float'): return '>= 0'
     return None
 
-def rule_violation(value, rule: str | None) -> str | None:
+def rule_violation(value, rule: str | None,
+                   empty_ok: bool = False, # a `one of` rule allows no value at all (its help says `''`: none)
+                  ) -> str | None:
     "Why `value` breaks `rule` (from `parameter_rule` or `implied_rule`), or None when it does not (or there is no rule)."
     if not rule: return None
     if rule == 'device': return _device_violation(value)
     if rule == 'fraction':
         if isinstance(value, bool) or not isinstance(value, (int, float)): return None  # the type check reports it
         return None if 0 <= value <= 1 else "it must be between 0 and 1"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not rule.startswith('one of:') and rule != 'numbers':
+        if not math.isfinite(value): return "it must be a finite number"
+        if abs(value) > MAX_NUMBER: return f"it must be at most {MAX_NUMBER:.0e} (a number this large is a typo)"
     if rule == 'numbers':
         if not isinstance(value, str): return None
         bad = [x for x in value.split(',') if x.strip() and not re.fullmatch(r'\s*[+]?(\d[\d_]*\.?\d*|\.\d+)([eE][-+]?\d+)?\s*', x)]
@@ -226,17 +253,21 @@ def rule_violation(value, rule: str | None) -> str | None:
         allowed = _allowed(rule[len('one of:'):])
         items = ([x.strip() for x in value.split(',') if x.strip()] if isinstance(value, str) else
                  list(value) if isinstance(value, (list, tuple)) else [value])
+        if not items and not empty_ok:
+            return f"it is empty: name at least one of {', '.join(map(str, allowed[:25]))}" + (' ...' if len(allowed) > 25 else '')
         bad = [x for x in items if x not in allowed]
         if not bad: return None
         close = difflib.get_close_matches(str(bad[0]), [str(a) for a in allowed], n=1)
         shown = ', '.join(map(str, allowed[:25])) + (' ...' if len(allowed) > 25 else '')
         return (f"{', '.join(map(repr, bad))} is not one of the allowed values ({shown})"
                 + (f"; did you mean {close[0]!r}?" if close else ''))
-    op, num = re.match(r'(>=|>|<=|<)\s*(.+)', rule).groups()
     if isinstance(value, bool) or not isinstance(value, (int, float)): return None  # the type check reports it
-    bound = float(num.replace('_', ''))
-    ok = {'>=': value >= bound, '>': value > bound, '<=': value <= bound, '<': value < bound}[op]
-    return None if ok else f"it must be {op} {num}"
+    for part in rule.split(','):  # `> 0, <= 10`: every comparison must hold
+        op, num = re.match(r'(>=|>|<=|<)\s*(.+)', part.strip()).groups()
+        bound = float(num.replace('_', ''))
+        if not {'>=': value >= bound, '>': value > bound, '<=': value <= bound, '<': value < bound}[op]:
+            return f"it must be {' and '.join(p.strip() for p in rule.split(','))}"
+    return None
 
 # %% ../../nbs/21_batch.ipynb #2cced0b0
 def experiments_dir() -> Path:
@@ -394,7 +425,7 @@ def plan(cfg: dict, # a configuration from `load_profile` / `apply_overrides`
             elif not value_matches(v, decl[k]['type']):
                 errors.append(f"{name}: parameter {k!r} expects {decl[k]['type']} (default {decl[k]['default']}), "
                               f"got {_describe(v)}. Fix the value in the profile or on the command line (`-p {name}.{k} ...`).")
-            elif why := rule_violation(v, decl[k].get('rule')):
+            elif why := rule_violation(v, decl[k].get('rule'), empty_ok="''" in (decl[k].get('help') or '')):
                 src = ('its name and type imply' if decl[k].get('implied') else 'the notebook declares')
                 errors.append(f"{name}: parameter {k!r} = {v!r} is not allowed: {why} ({src} "
                               f"[{decl[k]['rule']}]). Fix the value in the profile or on the command line (`-p {name}.{k} ...`).")
@@ -425,6 +456,43 @@ def plan(cfg: dict, # a configuration from `load_profile` / `apply_overrides`
         state[n] = 'done'; order.append(steps[n])
     for n in steps: visit(n, [])
     return order
+
+# %% ../../nbs/21_batch.ipynb #10ac1a7a
+class MissingPrerequisite(FileNotFoundError):
+    "What an experiment reads is not there yet; the message names the command that makes it."
+
+TRAINED_OBJECTIVES = ('npm', 'single', 'mlm')  # what 01_train trains, `data/cache/checkpoints/<profile>/<objective>/final`
+
+def _objective(row: str) -> str | None:
+    "The 01_train objective a table row or encoder name reads (`npm_dense` → npm, `mlm_fuzzy` → mlm; `init`, `bm25`: none)."
+    if row == 'single': return 'single'
+    return next((o for o in ('npm', 'mlm') if row == o or row.startswith(o + '_')), None)
+
+def require_data():
+    "A `MissingPrerequisite` naming `make data` when the processed corpora and tasks (`data/processed`) are missing."
+    missing = [d for d in ('corpora', 'tasks') if not data_dir('processed', d).is_dir()]
+    if missing:
+        raise MissingPrerequisite(f"{data_dir('processed')} has no {' or '.join(missing)}: run `make data` first (it fetches and "
+                                  "prepares the corpora and tasks, once)")
+
+def require_trained(profile: str, # whose 01_train models
+                    rows='npm', # the rows, encoders or objectives read: 'npm,single,mlm' or a list (`init`, `bm25`... need none)
+                    step: str = '01_train', # the experiment that trains them
+                   ) -> dict:
+    "`{objective: final checkpoint}` of the models `rows` read; a `MissingPrerequisite` naming the command when one is missing."
+    from npm_nb.npm.training import checkpoint_dir
+    names = [r.strip() for r in rows.split(',')] if isinstance(rows, str) else list(rows)
+    objs = list(dict.fromkeys(o for r in names if r and (o := _objective(r))))
+    found = {o: checkpoint_dir(profile, o)/'final' for o in objs}
+    missing = [o for o, p in found.items() if not (p/'config.json').exists()]
+    if missing:
+        alone = (f"; alone, with {step}'s smoke-sized defaults: `papermill nbs/experiments/{step}.ipynb /tmp/{step}.ipynb --cwd .`"
+                 if profile == 'smoke' else '')
+        raise MissingPrerequisite(
+            f"no trained {', '.join(missing)} model for profile {profile!r} (looked in {found[missing[0]]}): train it with "
+            f"`python -m npm_nb.run.batch {profile}` (its step {step} trains {', '.join(TRAINED_OBJECTIVES)}; the steps after it "
+            f"run too, stop it with Ctrl-C once {step} is done){alone}")
+    return found
 
 # %% ../../nbs/21_batch.ipynb #9cd1d6e0
 PACKAGES = ('torch', 'transformers', 'tokenizers', 'datasets', 'faiss-cpu', 'faiss-gpu', 'numpy', 'pandas', 'papermill',
@@ -672,7 +740,7 @@ def write_table(name: str, # file stem, prefixed by the experiment's number: `04
                 paper_ref: str | None = None, # where the compared paper numbers are: "Table 2"
                 scale: dict | None = None, # corpus tokens, training steps, encoder...
                 reading: str | None = None, # where the paper's claim holds here and where not
-                folder=None, # default `results/tables`
+                folder=None, # default `results_dir('tables')` (scratch outside the runner)
                ) -> Path:
     "Write `results/tables/<name>.md` (+ `.csv` for a DataFrame) and `<name>.meta.json`, atomically."
     folder = Path(folder or results_dir('tables')); folder.mkdir(parents=True, exist_ok=True)
@@ -704,7 +772,7 @@ def table_page(md: str, # the table as markdown
 def save_figure(fig, # a matplotlib figure
                 name: str, title: str, profile: str | None = None, caption: str | None = None,
                 paper_ref: str | None = None, scale: dict | None = None, reading: str | None = None,
-                folder=None, # default `results/figures`
+                folder=None, # default `results_dir('figures')` (scratch outside the runner)
                 dpi: int = 120) -> Path:
     "Save `fig` as `results/figures/<name>.png` (atomically) with `<name>.meta.json`."
     folder = Path(folder or results_dir('figures')); folder.mkdir(parents=True, exist_ok=True)
@@ -759,7 +827,7 @@ def write_examples(name: str, # the table family: `05_open_set` writes `05_open_
                    title: str, # one line: what was evaluated
                    profile: str | None = None, # the profile that produced it
                    scale: dict | None = None,
-                   folder=None, # default `results/tables`
+                   folder=None, # default `results_dir('tables')` (scratch outside the runner)
                   ) -> Path:
     "Write `<name>.examples.csv` (one row per system and example) and `<name>.examples.meta.json`, atomically."
     import pandas as pd
@@ -793,7 +861,7 @@ def read_examples(name: str, # the table family (`05_open_set`)
 # %% ../../nbs/21_batch.ipynb #7204d5e4
 def latest_run(profile: str, root=None) -> Path | None:
     "The newest run folder of `profile` (one with a `status.json`), or None."
-    d = Path(root or results_dir('runs'))/profile
+    d = Path(root or committed_results_dir('runs'))/profile
     runs = sorted((p for p in d.glob('*') if (p/'status.json').exists()), key=lambda p: p.name)
     return runs[-1] if runs else None
 
@@ -827,22 +895,45 @@ def _group(name: str, meta: dict | None = None) -> str:
     hits = [e for e in list_experiments() if e.split('_', 1)[0] == num] if re.fullmatch(r'\d+[a-z]?', num) else []
     return hits[0] if hits else 'other'
 
+def _attempt_envs(run_dir: Path, notes: list) -> list[Path]:
+    "The run's `attempts/env.<n>.json` (earlier machines' records), in order; any other name there is skipped with a note."
+    found = []
+    for f in run_dir.glob('attempts/env.*.json'):
+        n = f.name[len('env.'):-len('.json')]
+        if n.isdigit(): found.append((int(n), f))
+        else: notes.append(f"attempts/{f.name} is not a record the runner writes (env.<number>.json): delete or rename it")
+    return [f for _, f in sorted(found)]
+
+def _read_env(f: Path, notes: list) -> dict:
+    "A run record (`env.json`, `attempts/env.<n>.json`) as a mapping whose `device` is a mapping; `{}` and a note when it is damaged."
+    name = f.name if f.parent.name != 'attempts' else f'attempts/{f.name}'
+    try: e = json.loads(f.read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as x:
+        notes.append(f"{name} is damaged (not valid JSON: {str(x)[:60]}): delete it, or run the profile again to write it"); return {}
+    if not isinstance(e, dict):
+        notes.append(f"{name} is damaged ({_kind_of(e)}, not a mapping): delete it, or run the profile again to write it"); return {}
+    if 'device' in e and not isinstance(e['device'], dict):
+        notes.append(f"{name}: its device is {_kind_of(e['device'])}, not a mapping, so its machine is not named")
+        e = {k: v for k, v in e.items() if k != 'device'}
+    return e
+
 def write_results_readme(profile: str | None = None, # the profile whose run heads the page (default: the latest run's)
                          run_dir=None, # or the run folder itself
                          path=None, # default `<root>/README.md`
                          root=None, # the folder of `tables/`, `figures/`, `benchmarks/`: `results/` (default) or a run folder
                         ) -> Path:
     "Generate `results/README.md` (or a run folder's) from `tables/*.md`, `figures/*.png`, their `.meta.json` and `findings.md`."
-    res = Path(root) if root else results_dir()
+    res = Path(root) if root else committed_results_dir()
     if run_dir is None and profile: run_dir = latest_run(profile)
     if run_dir is None:
-        runs = [r for p in results_dir('runs').glob('*') if (r := latest_run(p.name))]
+        runs = [r for p in committed_results_dir('runs').glob('*') if (r := latest_run(p.name))]
         run_dir = max(runs, key=lambda p: p.name) if runs else None
     status = read_status(run_dir) if run_dir else {}
-    env = json.loads((Path(run_dir)/'env.json').read_text()) if run_dir and (Path(run_dir)/'env.json').exists() else {}
+    notes = []  # run records that cannot be read: skipped, named on the page and on stderr
+    env = _read_env(Path(run_dir)/'env.json', notes) if run_dir and (Path(run_dir)/'env.json').exists() else {}
     this_run = f"{status.get('profile')}/{status.get('run_id')}" if status else None
     tables, figures = _read_metas(res/'tables', '.md'), _read_metas(res/'figures', '.png')
-    commit = env.get('git_commit')
+    commit = env.get('git_commit') if isinstance(env.get('git_commit'), str) else None
     L = ['# Results', '', '*Generated by `python -m npm_nb.run.batch` (`npm_nb.run.batch.write_results_readme`); do not edit by hand '
          '(the findings come from `findings.md`).*', '']
     if status:
@@ -850,10 +941,13 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
               f"`results/runs/{status['profile']}/{status['run_id']}/`)",
               f"- **Commit**: `{commit[:12] if commit else 'unknown'}`" + (' (uncommitted changes)' if env.get('git_dirty') else ''),
               f"- **Steps**: " + ', '.join(f"{n} {s['state']}" for n, s in status.get('steps', {}).items())]
-        envs = [read_json(f) for f in sorted(Path(run_dir).glob('attempts/env.*.json'), key=lambda f: int(f.stem.split('.')[-1]))] + [env]
+        envs = [_read_env(f, notes) for f in _attempt_envs(Path(run_dir), notes)] + [env]
         devs = list(dict.fromkeys(f"{d.get('gpu') or 'CPU'} ({d.get('cpu_count')} cores visible)"
-                                  for e in envs if isinstance(e, dict) and (d := e.get('device'))))   # a run resumed elsewhere: each machine, in order
+                                  for e in envs if (d := e.get('device'))))   # a run resumed elsewhere: each machine, in order
         if devs: L.append(f"- **Device**: {', then '.join(devs)}")
+        if notes:
+            L.append(f"- **Run records skipped**: {'; '.join(notes)}")
+            for n in notes: print(f"warning: {n}", file=sys.stderr)
     else: L.append('- No batch run found: the tables below were written outside the runner.')
     L += ['- **Scale**: each table states its own (encoder, training steps, corpus tokens, examples) on its page.', '',
           'The paper (Min et al. 2023) trains RoBERTa-large-sized NPM for 100k steps on Wikipedia + CC-News; the numbers '
@@ -885,8 +979,8 @@ def write_results_readme(profile: str | None = None, # the profile whose run hea
             L.append(f'- [{head}](benchmarks/{b.name})')
         L.append('')
     if not tables and not figures and not benches: L += ['No tables or figures yet.', '']
-    others = [r for p in sorted(results_dir('runs').glob('*')) if p.name != status.get('profile')
-              for r in [_latest_page(p)] if r] if res.resolve() == results_dir().resolve() else []
+    others = [r for p in sorted(committed_results_dir('runs').glob('*')) if p.name != status.get('profile')
+              for r in [_latest_page(p)] if r] if res.resolve() == committed_results_dir().resolve() else []
     if others:  # runs of the other profiles write their page into their run folder (`publishes`): linked here
         L += ['## Other profiles', '', 'Runs of the other profiles keep their tables, figures and page in their run folder:', '']
         L += [f"- `{r.parent.name}`: [run {r.name}](runs/{r.parent.name}/{r.name}/README.md)" for r in others] + ['']
@@ -933,7 +1027,7 @@ def publishes(profile: str, publish: bool | None = None) -> bool:
 
 def _snapshot(root=None) -> dict:
     "`{path: (mtime_ns, size)}` of the files in `<root>/tables`, `/figures` and `/benchmarks` (root: `results/`)."
-    root = Path(root or results_dir())
+    root = Path(root or committed_results_dir())
     return {f: (f.stat().st_mtime_ns, f.stat().st_size) for k in OUTPUT_KINDS if (root/k).exists()
             for f in (root/k).iterdir() if f.is_file() and not f.name.startswith('.')}
 
@@ -1091,7 +1185,7 @@ def _run_folder(profile: str, prof_dir: Path, # `results_dir('runs', profile)`
         echo(f'New run {run_dir}')
     return run_dir, status
 
-def _write_run_config(run_dir: Path, cfg: dict, steps: list):
+def _write_run_config(run_dir: Path, cfg: dict, steps: list, echo=print):
     "The run's `config.yaml` (the profile as run, each step's notebook and parameters) and `env.json`; a different earlier one is archived."
     config = {'profile': cfg['profile'], 'shared': cfg['params'], 'overrides': cfg.get('overrides', []),
               'steps': {s['name']: {'notebook': str(Path(s['path']).relative_to(project_root()) if Path(s['path']).is_relative_to(project_root()) else s['path']),
@@ -1100,7 +1194,13 @@ def _write_run_config(run_dir: Path, cfg: dict, steps: list):
     if (run_dir/'config.yaml').exists() and (run_dir/'config.yaml').read_text() != text: _archive(run_dir/'config.yaml')
     atomic_write_text(run_dir/'config.yaml', text)
     env = json.loads(json.dumps(env_info(), default=str))
-    if (run_dir/'env.json').exists() and json.loads((run_dir/'env.json').read_text()) != env: _archive(run_dir/'env.json')
+    if (run_dir/'env.json').exists():
+        try: old = json.loads((run_dir/'env.json').read_text())
+        except (ValueError, UnicodeDecodeError) as e:  # damaged (a cut write, an edit): kept aside, written again
+            (run_dir/'attempts').mkdir(exist_ok=True); os.replace(run_dir/'env.json', run_dir/'attempts'/'env.json.damaged')
+            echo(f"{run_dir/'env.json'} was damaged ({str(e)[:80]}): kept as attempts/env.json.damaged and written again.")
+        else:
+            if old != env: _archive(run_dir/'env.json')
     atomic_write_json(run_dir/'env.json', env)
 
 # %% ../../nbs/21_batch.ipynb #ca35db3a
@@ -1118,6 +1218,10 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
               keep_bf16: bool = False, # keep bf16 autocast on a CPU that emulates it (`fit_precision`)
              ) -> dict:
     "Run the experiments of `profile` into `results/runs/<profile>/<run id>/`; returns the run's status."
+    if time_budget is not None and (isinstance(time_budget, bool) or not isinstance(time_budget, (int, float))
+                                    or not math.isfinite(time_budget) or not 0 < time_budget <= MAX_BUDGET_S):
+        raise BatchError(f"--time-budget {time_budget!r}: give the seconds this call may run, a number above 0 and at most "
+                         f"{MAX_BUDGET_S:,} (a year), e.g. --time-budget 3600; leave it out for no limit")
     deadline = time.time() + time_budget if time_budget else None
     cfg = apply_overrides(load_profile(profile, params_folder), overrides)
     cfg['_cli_shared'] = [n for n, _ in overrides if '.' not in n]
@@ -1130,9 +1234,13 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
         cfg.setdefault('overrides', []).extend(f'{f} (no native bf16)' for f in fitted)
     if dry_run:
         for s in steps: echo(f"{s['name']:<24} after {s['after'] or '-'}  {s['params']}")
+        prof_dir = committed_results_dir('runs', cfg['profile'])
+        echo(''); echo(f"Run folder: {_planned_folder(cfg['profile'], prof_dir, new)}")
+        echo(f"Publishes: {_publish_line(cfg['profile'], publishes(cfg['profile'], publish))}")
+        echo(f"Expected time: {_expected_time(prof_dir, steps)}")
         return {'profile': cfg['profile'], 'steps': {s['name']: {'state': 'planned'} for s in steps}}
     _check_device(steps)
-    prof_dir = results_dir('runs', cfg['profile'])
+    prof_dir = committed_results_dir('runs', cfg['profile'])
     pub = publishes(cfg['profile'], publish)
     try:
         with _profile_lock(prof_dir, cfg['profile']): return _run_locked(cfg, steps, prof_dir, new, echo, pub, deadline, log_output, readme)
@@ -1140,13 +1248,44 @@ def run_batch(profile: str, # a profile name (`cpu`) or path (`params/cpu.yaml`)
         raise BatchError(f"{e.filename or prof_dir} cannot be written ({e.strerror}): the runs of {cfg['profile']!r} live in {prof_dir}; "
                          f"make it writable (`chmod -R u+w {prof_dir}`) or point NPM_NB_RESULTS at a writable folder") from None
 
+MAX_BUDGET_S = 365 * 24 * 3600  # --time-budget: at most a year (more is a typo, and overflows the clock)
+
+def _planned_folder(profile: str, prof_dir: Path, new: bool) -> str:
+    "Where a run of `profile` would go, as `_run_folder` picks it, without creating or changing anything."
+    last = latest_run(profile, prof_dir.parent)
+    if last and not new and _started_here(last):
+        try:
+            if _unfinished(last): return f"{last} (resumes this unfinished run; --new starts a fresh one)"
+        except BatchError as e: return f"{last}, whose record is damaged: {e}"
+    return f"a new folder {prof_dir}/<UTC start time>/"
+
+def _publish_line(profile: str, pub: bool) -> str:
+    if pub: return (f"yes: its tables, figures, benchmarks and README.md go to {committed_results_dir()} (the committed results "
+                    "page: git diff shows what changed)")
+    return (f"no: its tables, figures and page go into the run folder; {committed_results_dir()} is left as it is "
+            f"(only {COMMITTED_PROFILE!r} or --publish writes there)")
+
+def _expected_time(prof_dir: Path, steps: list) -> str:
+    "The planned steps' seconds in the newest finished run under `prof_dir` (its status.json), or 'no earlier run'."
+    for d in sorted((p for p in Path(prof_dir).glob('*') if (p/'status.json').exists()), key=lambda p: p.name, reverse=True):
+        try: st = read_status(d)
+        except BatchError: continue
+        if not st.get('finished') or not st['steps']: continue
+        had = [s['name'] for s in steps if s['name'] in st['steps']]
+        secs = sum(float(st['steps'][n].get('seconds') or 0) for n in had)
+        missing = [s['name'] for s in steps if s['name'] not in st['steps']]
+        return (f"about {secs / 60:,.1f} min, the steps' times in the last finished run {d.parent.name}/{d.name} "
+                f"(started {st.get('started', '?')}, finished {st['finished']})"
+                + (f"; {', '.join(missing)} not in that run" if missing else ''))
+    return f"unknown: no earlier finished run in {prof_dir}"
+
 def _run_locked(cfg, steps, prof_dir, new, echo, pub, deadline, log_output, readme) -> dict:
     "The body of `run_batch`, under the profile's lock."
     run_dir, status = _run_folder(cfg['profile'], prof_dir, new, echo)
-    out_root = results_dir() if pub else run_dir  # where the steps write tables, figures, benchmarks and the page
+    out_root = committed_results_dir() if pub else run_dir  # where the steps write tables, figures, benchmarks and the page
     if not pub: echo(f"Profile {cfg['profile']!r} is not the committed one ({COMMITTED_PROFILE!r}): its tables, figures and "
                      f"page go to {run_dir}, results/ is left as it is.")
-    _write_run_config(run_dir, cfg, steps)
+    _write_run_config(run_dir, cfg, steps, echo)
     old = status['steps']; status['steps'] = {}
     ran, run_name, stopped = set(), f"{cfg['profile']}/{run_dir.name}", False
     order = _call_order(steps, old)
