@@ -11,10 +11,10 @@ from transformers import AutoTokenizer, AutoConfig, AutoModel, AutoModelForMaske
 from .core import data_dir, read_json, extract_zip, file_checksum, folder_checksums, verify_checksums, check_setting
 
 # %% auto #0
-__all__ = ['MODEL_ALIASES', 'CHECKSUMS', 'MIN_VOCAB', 'offline_mode', 'default_device', 'resolve_model', 'write_model_checksums',
-           'verify_model_folder', 'check_tokenizer', 'load_tokenizer', 'NotAnEncoder', 'check_encoder_config',
-           'load_encoder', 'check_finite', 'hidden_size', 'encoder_positions', 'check_max_len', 'model_problem',
-           'model_positions', 'tiny_encoder', 'encoder_fingerprint', 'check_pair']
+__all__ = ['MODEL_ALIASES', 'CHECKSUMS', 'MIN_VOCAB', 'FINGERPRINT_CONFIG', 'offline_mode', 'default_device', 'resolve_model',
+           'write_model_checksums', 'verify_model_folder', 'check_tokenizer', 'load_tokenizer', 'NotAnEncoder',
+           'check_encoder_config', 'load_encoder', 'check_finite', 'hidden_size', 'encoder_positions', 'check_max_len',
+           'model_problem', 'model_positions', 'tiny_encoder', 'encoder_fingerprint', 'check_pair']
 
 # %% ../nbs/02_models.ipynb #32cf2f21
 def offline_mode():
@@ -73,11 +73,13 @@ def resolve_model(name: str = 'minilm', # an alias (`minilm`, `mpnet`), a local 
 
 # %% ../nbs/02_models.ipynb #761412ca
 CHECKSUMS = 'checksums.json'
-_VERIFIED: dict = {}  # folder -> (size, mtime) of its files when last verified in this process
+_VERIFIED: dict = {}  # folder -> the stamps of its files when last verified in this process
 
 def _stamp(folder: Path, names) -> tuple:
-    "Size and modification time of each file: a file replaced, cut or deleted since the last check changes it."
-    st = lambda p: (p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else None
+    "Size, modification and status-change time and inode of each file: a file written, replaced or deleted changes it."
+    def st(p):
+        if not p.is_file(): return None
+        s = p.stat(); return (s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino)
     return tuple((n, st(folder/n)) for n in sorted(names))
 
 def write_model_checksums(folder) -> dict:
@@ -250,17 +252,35 @@ def _weights_key(model) -> tuple:
     "Changes whenever a weight is replaced or modified in place (storage address and torch's version counter)."
     return tuple((k, v.data_ptr(), v._version) for k, v in model.state_dict().items())
 
+FINGERPRINT_CONFIG = {  # config fields that change outputs but not the weights: the value hashed as "no change"
+    'num_attention_heads': 12, 'hidden_act': 'gelu', 'position_embedding_type': 'absolute',
+    'layer_norm_eps': {'roberta': 1e-5, 'xlm-roberta': 1e-5, 'mpnet': 1e-5, 'camembert': 1e-5, '': 1e-12}}
+
+def _config_changes(model) -> dict:
+    "The `FINGERPRINT_CONFIG` fields of `model.config` that differ from the value old fingerprints assumed."
+    cfg = getattr(model, 'config', None)
+    if cfg is None: return {}
+    out = {}
+    for k, base in FINGERPRINT_CONFIG.items():
+        if isinstance(base, dict): base = base.get(getattr(cfg, 'model_type', ''), base[''])
+        v = getattr(cfg, k, None)
+        if v is None or (k == 'position_embedding_type' and v == 'absolute'): continue
+        if v != base: out[k] = v
+    return out
+
 def encoder_fingerprint(model, # an encoder (or any `nn.Module`)
                         cached: bool = True, # reuse the hash computed for these exact weights
                        ) -> str:
-    "A short sha256 of the encoder's weights (names, shapes and values), cached on the model."
-    key = _weights_key(model)
+    "A short sha256 of the encoder's weights (names, shapes and values) and output-changing config, cached on the model."
+    changes = _config_changes(model)
+    key = (_weights_key(model), repr(sorted(changes.items())))
     hit = getattr(model, '_npm_nb_fingerprint', None)
     if cached and hit is not None and hit[0] == key: return hit[1]
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode()); h.update(str(tuple(v.shape)).encode())
         h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
+    if changes: h.update(('config ' + repr(sorted(changes.items()))).encode())  # none: the weights-only hash of old
     fp = h.hexdigest()[:16]
     try: object.__setattr__(model, '_npm_nb_fingerprint', (key, fp))
     except (AttributeError, TypeError): pass
