@@ -106,3 +106,11 @@ def test_korean_is_drawn_with_glyphs_not_boxes(page):
     finally: page.evaluate("document.getElementById('glyphs').remove()")
     assert ban != gyo, ("Korean is drawn as empty boxes: this machine has no CJK font. Install one (Debian: apt-get install "
                         "fonts-wqy-microhei, as root; `make install` does it when run as root).")
+
+
+def test_a_paste_the_server_refuses_unread_gets_the_app_advice(page):
+    "A body over the server's limit is refused by waitress itself (a bare 413, no JSON): the page says what the app would."
+    ask(page, 'Seoul is a [MASK].', corpus='pasted', corpus_text='Seoul is big. ' * 100_000)  # 1.4 MB
+    text = page.inner_text('#result .npm-error')
+    assert 'paste at most 20,000 characters' in text and 'did not answer' not in text, text
+    page.select_option('#corpus', 'figure1')
