@@ -248,7 +248,7 @@ def extract_tar(archive, # a tar file (any compression)
                 links: bool = False, # accept links whose targets stay inside `dest` (a fetched source's package); never for bundles
                ) -> list[str]:
     "Unpack a tar archive after checking every member (`checked_path`, files and folders only); the names written."
-    import tarfile
+    import tarfile, zlib, lzma, gzip
     dest = Path(dest); dest.mkdir(parents=True, exist_ok=True)
     try:
         with tarfile.open(archive, fileobj=fileobj) as t:
@@ -262,8 +262,9 @@ def extract_tar(archive, # a tar file (any compression)
                     if m.issym(): os.symlink(m.linkname, out); continue
                     if m.islnk(): shutil.copyfile(checked_path(dest, m.linkname, archive, 'link target'), out); continue
                     with t.extractfile(m) as src, open(out, 'wb') as f: shutil.copyfileobj(src, f, 1 << 20)
-    except tarfile.TarError as e:
-        raise ValueError(f"{archive} is not a readable tar archive ({e}): it is damaged or cut short, copy it again") from None
+    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:  # the last four: a stream cut short
+        raise ValueError(f"{archive or 'the archive'} is not a readable tar archive ({type(e).__name__}: {e}): it is damaged "
+                         "or cut short, copy it again") from None
     return [m.name for m in ms]
 
 def extract_zip(archive, # a zip file

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os, io, re, sys, json, math, time, shutil, importlib.util, tarfile, hashlib, argparse, subprocess, tempfile, lzma, zlib, gzip, shlex
 from datetime import datetime, timezone
 from pathlib import Path
-from ..core import (project_root, data_dir, results_dir, atomic_write_json, load_state, read_json, check_schema,
+from ..core import (project_root, data_dir, committed_results_dir, atomic_write_json, load_state, read_json, check_schema,
                          checked_path, extract_tar)
 
 # %% auto #0
@@ -689,7 +689,7 @@ def pack(profile: str, checkpoints: bool = False, outbox=None, piece_mb: float =
     "Pack the latest run of `profile` (its notebooks, tables, figures, page; `results/`'s too when it publishes) and, once each, finished checkpoints."
     from npm_nb.run.batch import latest_run, publishes, LOCAL_MARK
     outbox = Path(outbox or project_root()/'dist'/'outbox'); outbox.mkdir(parents=True, exist_ok=True)
-    res = results_dir(); files = {}
+    res = committed_results_dir(); files = {}  # what the batch published, not a hand run's scratch
     if publishes(profile):  # the committed profile's run writes results/ itself
         for k in ('README.md', 'tables', 'figures', 'benchmarks'):
             if (res/k).exists(): files[f'results/{k}'] = res/k
