@@ -35,8 +35,9 @@ def default_encoder() -> tuple[str, str | None]:
     p, q = data_dir(*TRAINED_NPM), data_dir(*QUICK_NPM)
     if (p/'config.json').exists(): return str(p), None
     if (q/'config.json').exists(): return str(q), "the encoder is the quick NPM (300 steps, `make model`); `make reproduce` trains a better one"
-    return 'minilm', (f"no trained NPM checkpoint at {p}, so the encoder is the untrained MiniLM init: expect poor "
-                      f"answers. {TRAIN_HINT}; `make reproduce` trains a better one. Or pass --model FOLDER.")
+    return 'minilm', (f"no trained NPM checkpoint, neither the cpu profile's ({p}, `make reproduce`) nor the quick one "
+                      f"({q}), so the encoder is the untrained MiniLM init: expect poor answers. {TRAIN_HINT}. "
+                      "Or pass --model FOLDER.")
 
 def pick_encoder(model: str | None = None, # --model: an alias or a folder
                  manifest: dict | None = None, # the manifest of an existing store
@@ -45,7 +46,7 @@ def pick_encoder(model: str | None = None, # --model: an alias or a folder
     recorded = (manifest or {}).get('encoder_name')
     if model: name = model
     elif recorded and (Path(recorded)/'config.json').exists(): name = recorded
-    else: return default_encoder()
+    else: return default_encoder()  # `open_store` says the note only once the encoder matches the store
     init = name == 'minilm' or Path(name).is_dir() and str(Path(name).resolve()) == _minilm_folder()
     return name, (f"the encoder is the untrained MiniLM init: expect poor answers. {TRAIN_HINT}" if init else None)
 
@@ -68,12 +69,15 @@ def open_store(path, model: str | None = None, device: str | None = None,
     ds = Datastore.load(path, verify=verify)
     if not encoder: return ds, None
     name, note = pick_encoder(model, ds.manifest)
-    if note: _say(note)
     npm = load_model(name, device)
     try: check_model(ds, npm.encoder, npm.tok)
-    except ValueError as e:
+    except ValueError as e:  # no note first: which default was tried does not matter once it does not fit
         built = ds.manifest.get('encoder_name')
+        if built and not model and not (Path(built)/'config.json').exists():
+            raise ValueError(f"{e} This store was built with the encoder folder {built}, which is not there any more "
+                             "(moved or deleted): pass --model with the folder's new place") from None
         raise ValueError(str(e) + (f" This store was built with {built}: pass --model {built}" if built else '')) from None
+    if note: _say(note)
     ds.model, ds.tok = npm.encoder, npm.tok
     return ds, npm
 
@@ -139,7 +143,7 @@ def cmd_ask(a) -> int:
         from npm_nb.run.reference import reference_bm25
         bm25 = reference_bm25(ds)
     preds = npm.predict_batch(a.queries, ds, k=a.k, topn=a.topn, l_max=a.l_max, temperature=a.temperature,
-                              alpha=a.alpha, bm25=bm25, restrict_k=a.bm25 or 3)
+                              alpha=a.alpha, bm25=bm25, restrict_k=a.bm25 or 3, span_rule=a.span_rule)
     if a.json:
         for q, ps in zip(a.queries, preds): print(json.dumps(answer_record(q, ps), ensure_ascii=False))
     else: print('\n\n'.join(format_answers(q, ps) for q, ps in zip(a.queries, preds)))
@@ -226,7 +230,8 @@ def _parents():
     "Parent parsers: the encoder, encoding runs, files."
     enc = argparse.ArgumentParser(add_help=False)
     enc.add_argument('--model', help="the encoder: an alias (minilm) or a model folder. Default: the store's own; for a new "
-                     f"store data/{'/'.join(TRAINED_NPM)} if it exists, else the untrained MiniLM init")
+                     f"store data/{'/'.join(TRAINED_NPM)} (`make reproduce`) if it exists, else the quick NPM "
+                     f"data/{'/'.join(QUICK_NPM)} (`make model`), else the untrained MiniLM init")
     enc.add_argument('--device', help='cpu or cuda (default: cuda when torch sees one)')
     enc.add_argument('--no-verify', dest='verify', action='store_false', default=None,
                      help="skip the check of the store's checksums on opening (faster for a big store)")
@@ -270,6 +275,9 @@ def parser(prog: str = 'npm-nb') -> argparse.ArgumentParser:
     q.add_argument('--temperature', type=float, default=1.0, help='softmax temperature of the phrase scores (default 1)')
     q.add_argument('--alpha', type=float, default=0.0, help='phrase score x length^alpha (default 0)')
     q.add_argument('--bm25', type=int, default=0, metavar='N', help='search only the N blocks BM25 ranks highest (§6.3; default 0: the whole store)')
+    q.add_argument('--span-rule', choices=['content', 'reference', 'any'], default='content',
+                   help='which phrases may be answers: content (default: not only stopwords, punctuation or symbols), '
+                        'reference (none of those anywhere in it, as the reference code), any (every phrase)')
     q.add_argument('--json', action='store_true', help='one JSON object a query (JSON Lines)')
     s = command('serve', 'the explorer web page (chapter 23) on the store', [enc])
     s.add_argument('--host', default='127.0.0.1'); s.add_argument('--port', type=int, default=8765)
