@@ -6,13 +6,13 @@
 from __future__ import annotations
 import unicodedata
 import numpy as np
-from datasets import Dataset
+from datasets import Dataset, concatenate_datasets
 from tqdm.auto import tqdm
 from ..models import check_tokenizer
 
 # %% auto #0
-__all__ = ['LONG_TEXT', 'word_boundaries', 'is_punctuation', 'punctuation_ids', 'build_blocks', 'block_phrase', 'make_batches',
-           'split_batches']
+__all__ = ['LONG_TEXT', 'BLOCKS_PER_TABLE', 'word_boundaries', 'is_punctuation', 'punctuation_ids', 'build_blocks',
+           'block_phrase', 'make_batches', 'split_batches']
 
 # %% ../../nbs/06_blocks.ipynb #5aa4f8df
 def word_boundaries(word_ids: list, # one entry per token: the word index, or None for a special token
@@ -67,11 +67,15 @@ def _encoded(tok, texts: list):
     for i, t in enumerate(texts):
         if len(t) <= LONG_TEXT:
             yield (enc['input_ids'][i], enc['offset_mapping'][i], *word_boundaries(enc.word_ids(i))); continue
-        ids, offs, vs, ve = [], [], [], []
+        ids, offs, vs, ve = [], [], [], []  # NumPy, ~14 bytes a token (Python lists of ints and pairs: ~170)
+        at = np.int32 if len(t) < 2**31 else np.int64
         for a, b in _windows(t, LONG_TEXT):  # cut at whitespace: the tokens are those of the whole text
             e = tok(t[a:b], **kw); s, x = word_boundaries(e.word_ids())
-            ids += e['input_ids']; offs += [(p + a, q + a) for p, q in e['offset_mapping']]; vs.append(s); ve.append(x)
-        yield ids, offs, np.concatenate(vs), np.concatenate(ve)
+            ids.append(np.asarray(e['input_ids'], np.int32)); vs.append(s); ve.append(x)
+            offs.append(np.asarray(e['offset_mapping'], at).reshape(-1, 2) + at(a))
+        yield np.concatenate(ids), np.concatenate(offs), np.concatenate(vs), np.concatenate(ve)
+
+BLOCKS_PER_TABLE = 1000  # blocks gathered as Python lists before they become an Arrow table (bounded memory)
 
 def build_blocks(docs, # a table with a `text` column (e.g. a `datasets.Dataset`), one row a document
                  tok, # a fast tokenizer (see `load_tokenizer`)
@@ -87,11 +91,20 @@ def build_blocks(docs, # a table with a `text` column (e.g. a `datasets.Dataset`
     cls, sep, size = tok.cls_token_id, tok.sep_token_id, max_len - 2
     if cls is None or sep is None: cls, sep = tok.bos_token_id, tok.eos_token_id
     cols = {k: [] for k in ('input_ids', 'doc_index', 'char_start', 'char_end', 'valid_start', 'valid_end')}
-    cur = {k: [] for k in cols}; n_empty = 0
+    cur = {k: [] for k in cols}; n_empty = 0; tables = []; n_blocks = 0
+    def flush():  # the gathered blocks become one Arrow table
+        nonlocal n_blocks
+        if not cols['input_ids']: return
+        n = len(cols['input_ids'])
+        tables.append(Dataset.from_dict(dict(cols, source=[source] * n, block_id=[f'{source}:{k}' for k in range(n_blocks, n_blocks + n)])))
+        n_blocks += n
+        for k in cols: cols[k].clear()
     def close():
         if cur['input_ids']:
             for k in cols: cols[k].append(cur[k][:]); cur[k].clear()
+            if len(cols['input_ids']) >= BLOCKS_PER_TABLE: flush()
     def add(d, ids, offs, vs, ve):
+        if isinstance(ids, np.ndarray): ids, offs = ids.tolist(), offs.tolist()  # a piece of a long document
         for k, v in zip(cols, ([cls] + ids + [sep], [d] * (len(ids) + 2), [-1] + [o[0] for o in offs] + [-1],
                                [-1] + [o[1] for o in offs] + [-1], [False] + vs + [False], [False] + ve + [False])):
             cur[k].extend(v)
@@ -99,7 +112,7 @@ def build_blocks(docs, # a table with a `text` column (e.g. a `datasets.Dataset`
     for b in range(0, len(texts), batch_size):
         chunk = [t or '' for t in texts[b:b + batch_size]]
         for i, (ids, offs, vs, ve) in enumerate(_encoded(tok, chunk)):
-            if not ids: n_empty += 1; continue
+            if not len(ids): n_empty += 1; continue
             room = max_len - len(cur['input_ids']) - 2
             if len(ids) > room and len(ids) <= size: close(); room = size
             if room < 8: close(); room = size
@@ -108,12 +121,10 @@ def build_blocks(docs, # a table with a `text` column (e.g. a `datasets.Dataset`
                 # a piece cut mid-document: its first token may not be a word start, its last may not be a word end
                 add(b + i, ids[s:e], offs[s:e], vs[s:e].tolist(), ve[s:e].tolist())
         bar.update(len(chunk))
-    close(); bar.close()
-    if not cols['input_ids']:
+    close(); flush(); bar.close()
+    if not tables:
         raise ValueError(f"corpus {source!r} has no text: all {len(texts)} documents are empty")
-    cols['source'] = [source] * len(cols['input_ids'])
-    cols['block_id'] = [f'{source}:{k}' for k in range(len(cols['input_ids']))]
-    ds = Dataset.from_dict(cols)
+    ds = tables[0] if len(tables) == 1 else concatenate_datasets(tables)
     ds.info.description = f'{len(ds)} blocks of <= {max_len} tokens from {len(texts) - n_empty} documents ({n_empty} empty skipped)'
     return ds
 

@@ -643,16 +643,19 @@ def _prepare(self, new_docs, source, input_fp=None):
     blocks = build_blocks(table, tok=self.tok, max_len=m['max_len'], source=source, progress=False)
     nb0, nd0 = m['n_blocks'], m['n_docs']
     if nb0 or nd0:  # number the new blocks and documents after the existing ones
-        di = [[d + nd0 for d in r] for r in blocks['doc_index']]
+        col = blocks.data.column('doc_index').combine_chunks(); offs = col.offsets.to_numpy()  # in Arrow: no Python int a token
+        di = type(col).from_arrays(pa.array(offs - offs[0], col.offsets.type), pa.array(col.flatten().to_numpy() + nd0, col.type.value_type))
         blocks = (blocks.remove_columns(['doc_index', 'block_id']).add_column('doc_index', di)
-                  .add_column('block_id', [f'{source}:{nb0 + i}' for i in range(len(di))]))
+                  .add_column('block_id', [f'{source}:{nb0 + i}' for i in range(len(blocks))]))
     vb, vp, counts = _rows_for(blocks, self.stop_ids, start_block=nb0)
-    with _room(pend):
-        _save_dataset(table, pend/'docs'); _save_dataset(blocks, pend/'blocks')
-        np.savez(pend/'rows.npz', vec_block=vb, vec_pos=vp, counts=counts)
-    with _room(pend/'vectors.tmp'):  # a sparse file would die with SIGBUS on a full disk
-        reserve_space(pend/'vectors.tmp', max(len(vb), 1) * self.hidden * 2)
-        np.memmap(pend/'vectors.tmp', dtype=np.float16, mode='r+', shape=(max(len(vb), 1), self.hidden)).flush()
+    try:
+        with _room(pend):
+            _save_dataset(table, pend/'docs'); _save_dataset(blocks, pend/'blocks')
+            np.savez(pend/'rows.npz', vec_block=vb, vec_pos=vp, counts=counts)
+        with _room(pend/'vectors.tmp'):  # a sparse file would die with SIGBUS on a full disk
+            reserve_space(pend/'vectors.tmp', max(len(vb), 1) * self.hidden * 2)
+            np.memmap(pend/'vectors.tmp', dtype=np.float16, mode='r+', shape=(max(len(vb), 1), self.hidden)).flush()
+    except OSError: shutil.rmtree(pend, ignore_errors=True); raise  # no stage.json yet: nothing to continue, give the room back
     st = dict(key, source=source, n_docs=len(table), n_blocks=len(blocks), n_vectors=int(len(vb)), input=input_fp)
     atomic_write_json(pend/'progress.json', dict(blocks_done=0))
     atomic_write_json(pend/'stage.json', st)  # written last: a stage without it is redone from scratch
