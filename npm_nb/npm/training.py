@@ -17,7 +17,7 @@ from transformers import (AutoModel, AutoModelForMaskedLM, get_linear_schedule_w
 from ..core import (data_dir, atomic_write_json, read_json, load_state, hold_lock, LockedError, pid_alive, rng_state,
                          set_rng_state, append_jsonl, truncate_metrics, check_setting, disk_errors)
 from ..models import (offline_mode, resolve_model, load_tokenizer, check_tokenizer, encoder_fingerprint,
-                           default_device, write_model_checksums, verify_model_folder, check_finite, check_max_len)
+                           default_device, write_model_checksums, verify_model_folder, check_finite, check_max_len, CHECKSUMS)
 from ..data.blocks import build_blocks, make_batches, split_batches
 from .masking import span_mask, collate_npm, single_mask, collate_single, mlm_mask
 from .losses import start_end_loss, single_loss, span_positives, candidate_mask
@@ -27,9 +27,9 @@ __all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'train
            'training_batches', 'NeighbourBlocks', 'prepare_batch', 'unmasked_inputs', 'StreamItems', 'batch_loader',
            'TwoViews', 'join_rows', 'gather_candidates', 'mlm_head', 'MaskedLM', 'batch_loss', 'positives_per_span',
            'make_optimizer', 'cpu_bf16_native', 'amp_setup', 'save_checkpoint', 'clean_stale_checkpoints',
-           'list_checkpoints', 'prune_checkpoints', 'link_final', 'DamagedCheckpoint', 'check_resume', 'resume_point',
-           'init_model', 'TrainingDeadline', 'start_state', 'optimizer_state', 'train', 'retrieval_eval', 'mlm_eval',
-           'fill_mask', 'config_from_args', 'main']
+           'list_checkpoints', 'prune_checkpoints', 'drop_final', 'is_published', 'link_final', 'DamagedCheckpoint',
+           'check_resume', 'resume_point', 'init_model', 'TrainingDeadline', 'start_state', 'optimizer_state', 'train',
+           'retrieval_eval', 'mlm_eval', 'fill_mask', 'config_from_args', 'main']
 
 # %% ../../nbs/09_training.ipynb #bf11367d
 PAPER_CONFIG = dict(lr=3e-5, weight_decay=0.01, warmup=4000, steps=100_000, clip=2.0, batch_size=512, max_len=256,
@@ -440,20 +440,41 @@ def list_checkpoints(out_dir) -> list[Path]:
     return sorted(cks, key=lambda p: int(p.name.split('-')[1]))
 
 def prune_checkpoints(out_dir, keep_last: int = 2):
-    "Delete all but the newest `keep_last` checkpoints (never the one `final` points to)."
+    "Delete all but the newest `keep_last` checkpoints (never the one an old-style `final` symlink points to)."
     out_dir = Path(out_dir); fin = (out_dir/'final').resolve() if (out_dir/'final').exists() else None
     for p in list_checkpoints(out_dir)[:-keep_last] if keep_last > 0 else []:
         if p.resolve() != fin: shutil.rmtree(p)
 
+def _remove(p: Path):
+    "Delete a file, a link or a folder tree at `p` (nothing if there is none)."
+    if p.is_symlink() or p.is_file(): p.unlink()
+    elif p.exists(): shutil.rmtree(p)
+
+def drop_final(out_dir):
+    "Remove `<out_dir>/final` (a published folder, or an old-style symlink), e.g. before a run starts over."
+    _remove(Path(out_dir)/'final')
+
+def is_published(final: Path, ckpt: Path) -> bool:
+    "True when `final` holds the checkpoint `ckpt` (the same `checksums.json`, or an old-style symlink to it)."
+    final, ckpt = Path(final), Path(ckpt)
+    if final.is_symlink(): return final.exists() and final.resolve() == ckpt.resolve()
+    a, b = final/CHECKSUMS, ckpt/CHECKSUMS
+    return final.is_dir() and a.is_file() and b.is_file() and a.read_bytes() == b.read_bytes()
+
 def link_final(out_dir, ckpt: Path) -> Path:
-    "Point `<out_dir>/final` at `ckpt` (atomic symlink swap); when it already does, nothing is written (a read-only finished run)."
-    out_dir = Path(out_dir)
-    if (out_dir/'final').is_symlink() and os.readlink(out_dir/'final') == Path(ckpt).name: return out_dir/'final'
-    if not os.access(out_dir, os.W_OK): return Path(ckpt)  # read-only, `final` missing or elsewhere: the finished checkpoint itself
-    tmp = out_dir/f'.final-{os.getpid()}'
-    if tmp.is_symlink() or tmp.exists(): tmp.unlink()
-    tmp.symlink_to(Path(ckpt).name, target_is_directory=True); os.replace(tmp, out_dir/'final')
-    return out_dir/'final'
+    "Publish `ckpt` as the folder `<out_dir>/final` (hard links to its files, renamed into place); nothing is written when it already is."
+    out_dir, ckpt = Path(out_dir), Path(ckpt); fin = out_dir/'final'
+    if is_published(fin, ckpt) and (not fin.is_symlink() or not os.access(out_dir, os.W_OK)): return fin
+    if not os.access(out_dir, os.W_OK): return ckpt  # read-only, `final` missing or elsewhere: the finished checkpoint itself
+    tmp, old = out_dir/f'.final-{os.getpid()}', out_dir/f'.old-final-{os.getpid()}'
+    _remove(tmp); _remove(old); tmp.mkdir()
+    for f in sorted(ckpt.iterdir()):
+        if not f.is_file(): continue
+        try: os.link(f, tmp/f.name)
+        except OSError: shutil.copy2(f, tmp/f.name)  # no hard links here (another file system, FAT, some mounts): a copy
+    if fin.is_symlink() or fin.exists(): os.rename(fin, old)
+    os.rename(tmp, fin); _remove(old)
+    return fin
 
 # %% ../../nbs/09_training.ipynb #4587f622
 _FREE_FIELDS = ('out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'profile', 'workers')
@@ -589,7 +610,7 @@ def start_state(cfg: TrainConfig, model, # the init model (its fingerprint must 
     if _READ_ONLY.get() is not None and not resume: raise _read_only_error(out, 'resume=False would start it over')
     if not resume and rank == 0:  # start over: old checkpoints would be picked by a later resume
         for p in list_checkpoints(out): shutil.rmtree(p)
-        if (out/'final').is_symlink(): (out/'final').unlink()
+        drop_final(out)
     cks = list_checkpoints(out) if resume else []
     state = {'step': 0, 'cursor': 0, 'n_skipped': 0, 'tokens': 0, 'init_fingerprint': init_fp, 'model': cfg.model,
              'objective': cfg.objective, 'world': world}
