@@ -6,8 +6,7 @@
 from __future__ import annotations
 import os, hashlib, importlib.util, zipfile, shutil
 from pathlib import Path
-import torch
-from transformers import AutoTokenizer, AutoConfig, AutoModel, AutoModelForMaskedLM, BertConfig, BertModel, BertForMaskedLM
+# torch and transformers load inside the functions that use them: `npm-nb --help` and `npm-nb info` never import them
 from .core import data_dir, read_json, extract_zip, file_checksum, folder_checksums, verify_checksums, check_setting
 
 # %% auto #0
@@ -26,6 +25,7 @@ offline_mode()
 
 def default_device() -> str:
     "`cuda` when a GPU is visible, otherwise `cpu`."
+    import torch
     return 'cuda' if torch.cuda.is_available() else 'cpu'
 
 # %% ../nbs/02_models.ipynb #5a3782c4
@@ -122,6 +122,7 @@ MIN_VOCAB = 100  # fewer tokens than this is a tokenizer whose vocabulary files 
 def load_tokenizer(name: str = 'minilm', # alias, folder or Hugging Face id
                   ):
     "A checked fast tokenizer for `name`."
+    from transformers import AutoTokenizer
     path = resolve_model(name)
     if Path(path).is_dir(): verify_model_folder(path)
     try: tok = AutoTokenizer.from_pretrained(path, use_fast=True)
@@ -160,6 +161,7 @@ def load_encoder(name: str = 'minilm', # alias, folder or Hugging Face id
                  device: str | None = None, # default: cuda if available
                 ):
     "Load the encoder (or masked LM) for `name`, in eval mode on `device`."
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
     cls = AutoModelForMaskedLM if masked_lm else AutoModel
     path = resolve_model(name); local = Path(path).is_dir()
     if local: verify_model_folder(path)
@@ -178,6 +180,7 @@ def load_encoder(name: str = 'minilm', # alias, folder or Hugging Face id
 
 def check_finite(model, where='') -> None:
     "Raise a clear error when any weight of `model` is NaN or infinite (a damaged file or a diverged run)."
+    import torch
     bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
         raise ValueError(f"the weights {bad[:3]}{' ...' if len(bad) > 3 else ''} of {where or 'this model'} hold NaN or "
@@ -208,6 +211,7 @@ def check_max_len(max_len, # tokens per block, [CLS] and [SEP] included
 
 def _config_of(name: str):
     "The config of the model `name` when it can be read without loading weights or unpacking anything, else None."
+    from transformers import AutoConfig
     path = Path(resolve_model(name)) if name == 'minilm' else Path(name).expanduser()
     if name == 'mpnet': path = data_dir('cache', 'models', 'all-mpnet-base-v2')
     if not (path/'config.json').is_file(): return None
@@ -242,6 +246,8 @@ def tiny_encoder(tok, # the tokenizer whose vocabulary the encoder embeds
                  masked_lm: bool = False, # a `BertForMaskedLM` instead of a `BertModel`
                  seed: int = 0, max_len: int = 512):
     "A small random-init BERT for `tok`, for fast tests."
+    import torch
+    from transformers import BertConfig, BertModel, BertForMaskedLM
     torch.manual_seed(seed)
     cfg = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                      intermediate_size=4*hidden, max_position_embeddings=max_len, pad_token_id=tok.pad_token_id)
