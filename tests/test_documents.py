@@ -47,6 +47,15 @@ def test_a_folder_of_unix_docs_gives_one_document_a_text_file(unix):
     assert d['text'][3] == 'Gzip reduces the size of the named files.\n' and d['title'][3] == 'x'
     assert any('left out 1 files that are not text (.png: 1)' in str(x.message) for x in w)
 
+def test_a_text_file_in_another_encoding_in_a_folder_is_named_when_left_out(unix):
+    (unix/'NEWS').write_bytes('Un café à Montréal.\n'.encode('latin-1'))  # no NUL byte: text, but not UTF-8
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always'); d = read_documents(unix)
+    assert 'NEWS' not in d['id']
+    said = ' '.join(str(x.message) for x in w)
+    assert 'not valid utf-8' in said and 'NEWS' in said and '--encoding latin-1' in said, said
+    d = read_documents(unix, encoding='latin-1'); assert d['text'][d['id'].index('NEWS')] == 'Un café à Montréal.\n'
+
 def test_a_file_without_a_suffix_is_read_when_named(unix):
     assert read_documents(unix/'README')['id'] == ['README']  # was: "not a document file (use .txt, ...)"
     (unix/'copyright').write_text('Copyright 2024 the authors.\n')

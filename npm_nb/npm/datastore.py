@@ -208,11 +208,11 @@ def _read_bytes(f: Path, limit: int = -1) -> bytes:
             raise DocumentError(f"{f}: not a readable gzip file ({e}); check it (gzip -t {f.name}), decompress it "
                                 "yourself, or leave it out (skip_bad=True; npm-nb --skip-bad)") from None
 
-def _looks_like_text(head: bytes, encoding: str) -> bool:
-    "Whether the first bytes of a file are text: no NUL byte, and valid in `encoding` (a character cut at the end is fine)."
-    if b'\0' in head: return False
-    try: codecs.getincrementaldecoder(encoding)().decode(head, final=False); return True
-    except UnicodeDecodeError: return False
+def _sniff(head: bytes, encoding: str) -> str:
+    "What the first bytes of a file are: 'text' (no NUL byte, valid in `encoding`; a character cut at the end is fine), 'binary' (a NUL), or 'other text' (not valid in `encoding`)."
+    if b'\0' in head: return 'binary'
+    try: codecs.getincrementaldecoder(encoding)().decode(head, final=False); return 'text'
+    except UnicodeDecodeError: return 'other text'
 
 def _records(f: Path, encoding: str) -> tuple[str, list]:
     "`(what a record is called, [(number, record)])` of a document file: records are dicts or strings."
@@ -289,7 +289,7 @@ def read_documents(paths, # a file or a folder (read recursively), or a list of 
     try: codecs.lookup(encoding)
     except LookupError: raise ValueError(f"encoding={encoding!r} is not a text encoding Python knows (e.g. 'utf-8', 'latin-1', 'cp1252')") from None
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
-    root, files, problems, other, links, taken = _id_root(paths), [], [], {}, [], set()
+    root, files, problems, other, links, taken, odd = _id_root(paths), [], [], {}, [], set(), []
     def take(f):  # a file once, however often it is named; its id: its path under the root
         a = os.path.abspath(f)
         if a not in taken: taken.add(a); files.append((f, Path(os.path.relpath(a, root)).as_posix()))
@@ -297,10 +297,11 @@ def read_documents(paths, # a file or a folder (read recursively), or a list of 
         if p.is_dir():
             for f, rel in sorted(_folder_files(p, links, problems)):  # in path order, as before
                 if Path(_inner_name(f)).suffix.lower() in DOCUMENT_SUFFIXES: take(f); continue
-                try: text = _looks_like_text(_read_bytes(f, SNIFF_BYTES), encoding)
+                try: kind = _sniff(_read_bytes(f, SNIFF_BYTES), encoding)
                 except (DocumentError, OSError) as e: problems.append(str(e)); continue
-                if text: take(f)  # README, copyright, notes.rst: read as plain text
+                if kind == 'text': take(f)  # README, copyright, notes.rst: read as plain text
                 else: other[_kind(f)] = other.get(_kind(f), 0) + 1
+                if kind == 'other text': odd.append(f)
         elif p.is_file(): take(p)  # a file named is read whatever its name
         else: problems.append(f"{p}: " + ("not a file or folder" if p.exists() else "no such file or folder"))
     cols, seen = {'text': [], 'id': [], 'title': []}, {}
@@ -313,7 +314,10 @@ def read_documents(paths, # a file or a folder (read recursively), or a list of 
     if links: warnings.warn(f"left out {len(links)} links inside the input folders (links are not followed there; give a "
                             f"target as a path of its own to read it): {'; '.join(links[:20])}" + (' ...' if len(links) > 20 else ''))
     if other: warnings.warn(f"left out {sum(other.values())} files that are not text ({', '.join(f'{k}: {v}' for k, v in sorted(other.items()))}); "
-                            f"text files of any name are read, and {', '.join(DOCUMENT_SUFFIXES)} by their format (also gzipped)")
+                            f"text files of any name are read, and {', '.join(DOCUMENT_SUFFIXES)} by their format (also gzipped)"
+                            + (f"; {len(odd)} of them hold no NUL byte but are not valid {encoding} ({', '.join(map(str, odd[:5]))}"
+                               f"{' ...' if len(odd) > 5 else ''}): if they are text, convert them to {encoding} or read "
+                               "every file with their encoding (encoding='latin-1'; npm-nb --encoding latin-1)" if odd else ''))
     if problems and not skip_bad:
         raise DocumentError(f"{len(problems)} of the document files cannot be read (nothing was read):\n  " + "\n  ".join(problems))
     for p in problems: warnings.warn(f"left out {p}")
