@@ -8,8 +8,7 @@ import codecs, contextlib, csv, gzip, hashlib, io, json, os, shutil, time, warni
 from collections.abc import Iterator
 from pathlib import Path
 import numpy as np
-import pyarrow as pa
-import torch
+import pyarrow as pa  # torch loads in `encode_blocks`: `npm-nb info` reads a store without it
 from datasets import Dataset, load_from_disk, concatenate_datasets
 from tqdm.auto import tqdm
 from ..core import (atomic_write_json, read_json, reserve_space, file_checksum, folder_checksums, verify_checksums,
@@ -39,7 +38,7 @@ def encode_blocks(model, # an encoder whose output has `last_hidden_state` (e.g.
                                           # CUDA; ~2x faster on a CPU with native bf16) or 'fp16' (CUDA only)
                  ):
     "Yield the last hidden layer of each block, in order, as a float32 array `[len(block), h]`."
-    import contextlib
+    import contextlib, torch
     check_count('batch_size', batch_size)
     device = torch.device(device or next(model.parameters()).device)
     amp = None if amp == 'none' else amp
