@@ -455,11 +455,16 @@ def drop_final(out_dir):
     _remove(Path(out_dir)/'final')
 
 def is_published(final: Path, ckpt: Path) -> bool:
-    "True when `final` holds the checkpoint `ckpt` (the same `checksums.json`, or an old-style symlink to it)."
+    "True when `final` holds the checkpoint `ckpt`: the same files (hard links, or equal bytes), or an old-style symlink to it."
+    import filecmp
     final, ckpt = Path(final), Path(ckpt)
     if final.is_symlink(): return final.exists() and final.resolve() == ckpt.resolve()
+    if not (final.is_dir() and ckpt.is_dir()): return False
     a, b = final/CHECKSUMS, ckpt/CHECKSUMS
-    return final.is_dir() and a.is_file() and b.is_file() and a.read_bytes() == b.read_bytes()
+    if a.is_file() and b.is_file(): return a.read_bytes() == b.read_bytes()  # the checksums of every file: one read
+    names = sorted(f.name for f in ckpt.iterdir() if f.is_file())
+    return bool(names) and names == sorted(f.name for f in final.iterdir() if f.is_file()) and \
+        all(os.path.samefile(final/n, ckpt/n) or filecmp.cmp(final/n, ckpt/n, shallow=False) for n in names)
 
 def link_final(out_dir, ckpt: Path) -> Path:
     "Publish `ckpt` as the folder `<out_dir>/final` (hard links to its files, renamed into place); nothing is written when it already is."
