@@ -283,7 +283,8 @@ def _part(path, items, extra=None):
     return _tar(path, {'bundle.json': json.dumps(toc).encode(), **{f'{n}.000': b for n, b in items.items()}, **(extra or {})})
 
 
-def test_38_install_refuses_names_that_leave_the_stage(tmp_path):
+# reliability round three (issue #38)
+def test_install_refuses_names_that_leave_the_stage(tmp_path):
     "Item names of a table of contents, chunk members, extra members and links: each refused, nothing written outside."
     from npm_nb.run.bundle import install
     for i, (items, extra, part) in enumerate([
@@ -299,7 +300,8 @@ def test_38_install_refuses_names_that_leave_the_stage(tmp_path):
     with pytest.raises(ValueError, match='not a readable tar'): install(d, stage=tmp_path/'s-nt', python='-')
 
 
-def test_38_model_and_checkpoint_names_stay_in_their_folders(tmp_path):
+# reliability round three (issue #38)
+def test_model_and_checkpoint_names_stay_in_their_folders(tmp_path):
     "`weights: ../../x` in bundle_model.json, a profile `../../../../tmp/x` in train_config.json: refused."
     import torch
     from safetensors.torch import save_file
@@ -316,7 +318,8 @@ def test_38_model_and_checkpoint_names_stay_in_their_folders(tmp_path):
     with pytest.raises(ValueError, match="--profile 'a/b'"): restore_checkpoint(arch, profile='a/b')
 
 
-def test_38_collect_writes_only_under_results(tmp_path):
+# reliability round three (issue #38)
+def test_collect_writes_only_under_results(tmp_path):
     "A results archive with Makefile / npm_nb/__init__.py / .git hooks is refused; pieces are checked (name, checksum, tar)."
     from npm_nb.run.bundle import collect, main, sha256
     here = tmp_path/'here'; here.mkdir()
@@ -338,7 +341,8 @@ def test_38_collect_writes_only_under_results(tmp_path):
         with pytest.raises(ValueError, match=re.escape(part)): collect(out, dest=here)
 
 
-def test_38_extract_checks_members_without_the_tar_filter(tmp_path, monkeypatch):
+# reliability round three (issue #38)
+def test_extract_checks_members_without_the_tar_filter(tmp_path, monkeypatch):
     "On a Python whose tarfile has no `filter` argument, members are still checked (and written by hand)."
     import tarfile
     from npm_nb.run.bundle import _extract
@@ -349,9 +353,10 @@ def test_38_extract_checks_members_without_the_tar_filter(tmp_path, monkeypatch)
     assert not (tmp_path/'evil').exists()
 
 
+# reliability round three (issue #38)
 @pytest.mark.parametrize('status, part', [({'profile': 'p'}, 'has no `steps`'), ({'steps': []}, '`steps` must be a mapping, not a list'),
                                           ({'steps': None}, '`steps` must be a mapping, not null')])
-def test_38_finish_here_on_a_damaged_status(tmp_path, capsys, status, part):
+def test_finish_here_on_a_damaged_status_is_a_sentence(tmp_path, capsys, status, part):
     "collect --finish-here on a status.json with no `steps` (or a list, or null): a sentence naming the file and the fix."
     from npm_nb.run.bundle import main
     out = tmp_path/'out'; out.mkdir()
@@ -362,7 +367,8 @@ def test_38_finish_here_on_a_damaged_status(tmp_path, capsys, status, part):
     assert 'nothing to finish' not in err
 
 
-def test_38_forged_part_does_not_leave_install_stuck(tmp_path):
+# reliability round three (issue #38)
+def test_forged_part_does_not_leave_install_stuck(tmp_path):
     "A forged extra part poisons a chunk: install says what to do, and once the part is gone the next install completes."
     from npm_nb.run.bundle import install, write_parts
     src = tmp_path/'src'; src.mkdir(); (src/'a.bin').write_bytes(os.urandom(50_000)); (src/'b.bin').write_bytes(os.urandom(30_000))
