@@ -232,4 +232,28 @@ def test_search_finds_co_occurrence(server, page):
     hits = page.eval_on_selector_all('#search-results ul.search li a', 'as => as.map(a => a.getAttribute("href"))')
     said = {f'{p.stem}.html' for p in (ROOT/'nbs').glob('[0-9]*.ipynb') if 'co-occurrence' in p.read_text()}
     assert said and said <= {h.split('?')[0].split('#')[0] for h in hits}, (said, hits)  # every chapter that says it
+    assert hits[0].startswith('07_masking.html'), hits[:5]  # BOOK-3: the defining chapter was 13th
     assert not page.errors and not page.off_site, (page.errors, page.off_site)
+
+
+@in_browser
+def test_search_ranks_the_defining_chapter_first(server, page):
+    "BOOK-3: BM25's first hits were API attributes (NPMResources.bm25), the chapter that defines BM25 search 4th."
+    for word, chapter in [('BM25', '13_inference'), ('HNSW', '12_index'), ('macro EM', '14_evaluation')]:
+        page.goto(urljoin(server, f'search.html?q={word}'))
+        page.wait_for_function("document.querySelector('#search-results')?.innerText.includes('Search finished')")
+        hits = page.eval_on_selector_all('#search-results ul.search li a', 'as => as.map(a => a.getAttribute("href"))')
+        assert hits and hits[0].startswith(f'{chapter}.html'), (word, hits[:5])
+
+
+def test_site_has_the_results_and_the_scaffolding(html):
+    "BOOK-3 #1, #8, #9: the results, a glossary, the equations and the references are pages; the landing page draws the pipeline."
+    for page in ['results/README.html', 'results/tables/05_open_set.html', 'docs/glossary.html', 'docs/equations.html',
+                 'docs/references.html', 'docs/reference.html']:
+        assert (html/page).is_file(), page
+    exp = (html/'experiments'/'05_open_set.html').read_text()
+    assert 'Results of the committed run' in exp and '../_images/05_open_set.png' in exp or '05_open_set.png' in exp
+    assert len(re.findall(r'class="math[^"]*"', (html/'docs'/'equations.html').read_text())) >= 10
+    assert 'Three ways to read this book' in (html/'index.html').read_text()
+    assert re.search(r'<img alt="Figure: [^"]{20,}"', (html/'index.html').read_text())  # the pipeline, with an alt text
+    assert (html/'_sources'/'07_masking.ipynb').read_bytes() == (ROOT/'nbs'/'07_masking.ipynb').read_bytes()  # the download

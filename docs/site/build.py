@@ -21,6 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 NBS, CONF = ROOT/'nbs', Path(__file__).resolve().parent
 EXPERIMENTS = 'experiments'
 STAGED: set[Path] = set()  # the page sources of this build
+# Search terms whose defining chapter comes first in the site's search (an index entry scores above any word of the
+# text and any API name): the terms of the glossary, at the chapter that explains them.
+KEYWORDS = {'07_masking': ['co-occurrence', 'co-occurrence span masking', 'span masking', 'masking'],
+            '08_losses': ['contrastive loss', 'in-batch negatives', 'NPM-single'],
+            '09_training': ['DDP', 'training'], '06_blocks': ['blocks'], '10_datastore': ['datastore', 'fp16 memmap'],
+            '11_search': ['exact search', 'kNN'], '12_index': ['HNSW', 'IVF-PQ', 'FAISS'],
+            '13_inference': ['BM25', 'phrase score', 'start/end neighbours', 'inference'],
+            '14_evaluation': ['macro EM', 'EM', 'exact match', 'fuzzy verbalizer', 'verbalizer', 'AUC'],
+            '16_replug': ['LSR', 'REPLUG'], '18_realm': ['REALM'], '19_realm_pretraining': ['salient-span masking'],
+            '21_batch': ['papermill', 'profile']}
 MANIFEST = '.staged.json'  # in OUT/src: the files the builder wrote there, the only ones it ever removes
 
 
@@ -110,6 +120,30 @@ def show_as_nbdev(nb: dict) -> dict:
             c = {**c, 'source': src, 'metadata': {**c.get('metadata', {}), 'tags': tags}}
         cells.append(c)
     return {**nb, 'cells': cells}
+
+
+def first_sentence(md: str, limit: int = 300) -> str:
+    "A markdown text's first sentence as plain text (no markup, links as their text), at most `limit` characters."
+    text = re.sub(r'!?\[([^\]]*)\]\([^)]*\)', r'\1', re.sub(r'^#+\s.*$', '', md, flags=re.M))
+    text = ' '.join(re.sub(r'[*_`$]|\{[\w:]+\}', '', text).split())
+    m = re.match(r'(.+?[.!?:])(\s|$)', text)
+    text = m[1] if m else text
+    return text if len(text) <= limit else text[:limit - 1].rsplit(' ', 1)[0] + '…'
+
+
+def alt_texts(nb: dict) -> dict:
+    """Each figure of a notebook gets an alt text that says what it shows: the first sentence of the markdown cell right
+    after it (the chapters follow a figure with a sentence saying what it shows), else of the one before it."""
+    cells = nb['cells']
+    for i, c in enumerate(cells):
+        if c['cell_type'] != 'code' or not any('image/png' in o.get('data', {}) or 'image/svg+xml' in o.get('data', {})
+                                               for o in c.get('outputs', [])):
+            continue
+        near = [cells[j] for j in (i + 1, i - 1) if 0 <= j < len(cells) and cells[j]['cell_type'] == 'markdown']
+        if near and (alt := first_sentence(''.join(near[0]['source']))):
+            meta = c.setdefault('metadata', {}).setdefault('mystnb', {})
+            meta.setdefault('image', {})['alt'] = 'Figure: ' + alt
+    return nb
 
 
 def md_cell(text: str) -> dict:
@@ -249,9 +283,12 @@ class Linker:
         return text if repo.rstrip('/') in text else f'{text} (`{repo}`)'
 
     def markdown(self, text: str, page: str, src_repo: str | None = None, mod: str | None = None) -> str:
-        "A markdown text of the page `page` with its mentions linked; `src_repo`: its repository path, for a doc page's links."
+        """A markdown text of the page `page` with its mentions linked; `src_repo`: its repository path, for a doc page's
+        links. A table right under a line of text gets the blank line MyST needs to see it as a table."""
         out, fence = [], None
         for line in text.split('\n'):
+            if (not fence and line.startswith('|') and out and out[-1].strip() and not out[-1].lstrip().startswith('|')
+                    and not re.match(r'\s*(`{3,}|~{3,})', out[-1])): out.append('')
             f = re.match(r'\s*(`{3,}|~{3,})', line)
             if fence:
                 if f and f[1][0] == fence[0] and len(f[1]) >= len(fence): fence = None
@@ -406,16 +443,18 @@ def stage(src: Path, nbs: Path = NBS) -> list[str]:
         rel = p.relative_to(nbs)
         dst, page = src/rel, str(rel)
         if p.suffix == '.ipynb':
-            nb = show_as_nbdev(read_nb(p))
+            nb = alt_texts(show_as_nbdev(read_nb(p)))
             mod = module_name(exp_of.get(p.stem)) if rel.parent == Path('.') else None
             for c in nb['cells']:
-                if c['cell_type'] == 'markdown': c['source'] = link.markdown(''.join(c['source']), page, mod=mod)
+                if c['cell_type'] == 'markdown': c['source'] = link.markdown(''.join(c['source']), page, f'nbs/{rel}', mod)
             if rel == Path('index.ipynb'):  # the table of contents, from the home page's own list of parts
                 tocs = [toctree(cap, [f'{n}' for n in names]) for cap, names in parts(nbs/'index.ipynb')]
                 tocs += [toctree('More', [f'{EXPERIMENTS}/README', *more, 'api/index'])]
                 nb['cells'].append(md_cell('\n'.join(tocs)))  # hidden toctrees: the sidebar, nothing on the page
             elif rel.parent == Path('.'):
                 nb = numbered(nb, p.stem)
+                if words := KEYWORDS.get(p.stem):  # right under the title: the search's index entries
+                    nb['cells'].insert(1, md_cell('```{index} ' + ', '.join(f'!{w}' for w in words) + '\n```\n'))
                 if mod in mods: nb['cells'].append(md_cell(f'The API of this chapter: [`{mod}`](api/{mod}.rst).'))
             elif rel.parent == Path(EXPERIMENTS) and (section := results_section(p.stem, page, exps)):
                 first = next((i for i, c in enumerate(nb['cells']) if c['cell_type'] == 'markdown'), -1) + 1
@@ -434,6 +473,7 @@ def stage(src: Path, nbs: Path = NBS) -> list[str]:
     for p in doc_pages:  # the docs and the results, their links pointed at the staged pages
         rel = doc_rel(p)
         text = link.markdown(p.read_text(encoding='utf-8', errors='replace'), rel, src_repo=rel)
+        for root in {str(ROOT), str(ROOT.resolve())}: text = text.replace(root + '/', '').replace(root, '.')  # a run's note names its checkout
         if rel == 'results/README.md':
             text += '\n' + toctree(None, ['/' + e[:-3] for e in sorted(files) if e.startswith('results/') and e.endswith('.md')
                                           and e != rel])
@@ -455,6 +495,25 @@ def stage(src: Path, nbs: Path = NBS) -> list[str]:
     return pages
 
 
+def search_scorer(path: Path) -> Path:
+    """Sphinx's search scorer (its default weights) with one change: a query that is one of `KEYWORDS` puts the chapter
+    that defines it first. (The `{index}` entries under a chapter's title do the same on a fresh build, but an
+    incremental Sphinx build drops the index entries of the pages it did not rewrite from the search index.)"""
+    words = {w.lower(): c for c, ws in KEYWORDS.items() for w in ws}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("// written by docs/site/build.py: Sphinx's default search weights; a glossary word's chapter first\n"
+                    "var Scorer = {\n"
+                    "  objNameMatch: 11, objPartialMatch: 6, objPrio: {0: 15, 1: 5, 2: -5}, objPrioDefault: 0,\n"
+                    "  title: 15, partialTitle: 7, term: 5, partialTerm: 2,\n"
+                    f"  defining: {json.dumps(words, sort_keys=True)},\n"
+                    "  score: result => {\n"
+                    "    const [docname, title, anchor, descr, score] = result;\n"
+                    "    const q = (new URLSearchParams(window.location.search).get('q') || '').toLowerCase().trim();\n"
+                    "    return Scorer.defining[q] === docname && !anchor ? score + 1000 : score;\n"
+                    "  },\n"
+                    "};\n")
+    return path
+
 def build(out: Path = ROOT/'_site', quiet=True, nbs: Path = NBS) -> Path:
     "Stage the pages into `out/src` and build the site into `out/html`; returns the html folder."
     from sphinx.cmd.build import build_main
@@ -463,8 +522,12 @@ def build(out: Path = ROOT/'_site', quiet=True, nbs: Path = NBS) -> Path:
         if d.exists() and not d.is_dir(): raise SiteError(f'{d} is a file: pass a folder as OUT (the site takes OUT/src, OUT/html and OUT/doctrees)')
     t0 = time.perf_counter()
     stage(src, nbs)
-    args = ['-b', 'html', '-c', str(CONF), '-j', '1', *(['-q'] if quiet else []), str(src), str(html), '-d', str(out/'doctrees')]
+    args = ['-b', 'html', '-c', str(CONF), '-j', '1', *(['-q'] if quiet else []), str(src), str(html), '-d', str(out/'doctrees'),
+            '-D', f"html_search_scorer={search_scorer(out/'search_scorer.js')}"]
     if rc := build_main(args): raise SystemExit(f'sphinx-build failed ({rc})')
+    for nb in Path(nbs).rglob('*.ipynb'):  # the download button hands out the notebook as committed, to run it
+        if (dst := html/'_sources'/nb.relative_to(nbs)).parent.is_dir() and not any(p.startswith(('.', '_')) for p in nb.relative_to(nbs).parts):
+            shutil.copyfile(nb, dst)
     print(f'site built in {time.perf_counter() - t0:.0f} s: {html}/index.html (serve it: python -m http.server -d {html})')
     return html
 

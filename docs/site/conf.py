@@ -24,7 +24,7 @@ suppress_warnings = ['myst.header', 'mystnb.unknown_mime_type', 'misc.highlighti
 nb_execution_mode = 'off'
 nb_merge_streams = True
 nb_ipywidgets_js = {}  # no require.js / widget manager from a CDN
-myst_enable_extensions = ['dollarmath', 'amsmath']
+myst_enable_extensions = ['dollarmath', 'amsmath', 'deflist']
 myst_heading_anchors = 3
 
 # math: MathJax 3 from the site's own _static/mathjax (copied there by sphinx-mathjax-offline)
@@ -40,13 +40,16 @@ html_theme = 'sphinx_book_theme'
 html_title = 'npm-nb'
 html_static_path = []
 html_theme_options = {
-    'use_download_button': False, 'use_fullscreen_button': False, 'use_repository_button': False,
+    'use_download_button': True, 'use_fullscreen_button': False, 'use_repository_button': False,
     'navigation_with_keys': False, 'show_toc_level': 2, 'launch_buttons': {},
 }
 html_context = {'default_mode': 'light'}  # no stored mode yet: the theme would log an error before it picks one
 html_favicon = 'favicon.svg'  # a page without one makes the browser ask for /favicon.ico (a 404)
 html_show_sourcelink = False
-html_copy_source = False
+# the download button: a chapter's notebook as committed (build.py puts nbs/'s file there, not the staged copy), the
+# markdown of a doc page, or the page printed to PDF
+html_copy_source = True
+html_sourcelink_suffix = ''
 
 
 def _path_rewrites() -> list:
