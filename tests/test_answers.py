@@ -114,3 +114,12 @@ def test_a_config_only_encoder_change_is_an_encoder_mismatch(tok, tmp_path):
     assert encoder_fingerprint(changed) != encoder_fingerprint(enc)
     with pytest.raises(ValueError, match='encoder mismatch'): check_model(ds, changed, tok)
     check_model(ds, enc, tok)  # the unchanged encoder still opens the store
+
+# NEWCOMER-3 problem 12: each CLI call cost 14-18 s, mostly imports; --help and info need neither torch nor transformers
+def test_help_and_info_import_neither_torch_nor_transformers(store):
+    code = ("import sys, contextlib, io\nfrom npm_nb.run.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    assert main(['--help']) == 0 and main(['info', {str(store.path)!r}]) == 0\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == '[]', (r.stdout, r.stderr[-2000:])
