@@ -88,6 +88,7 @@ def test_chapters_are_numbered_and_their_api_pages_link_back(src):
     assert ':doc:`chapter 8, Losses </08_losses>`' in (src/'api'/'npm_nb.npm.losses.rst').read_text()
     text = markdown_of(src/'09_training.ipynb')
     assert '[chapter 08](08_losses.ipynb)' in text
+    assert '(docs/equations.md#training)' in markdown_of(src/'08_losses.ipynb')  # BOOK-3 #5: the equations, reused
 
 
 def test_no_chapter_or_doc_points_at_a_private_document(src):

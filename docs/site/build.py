@@ -31,6 +31,9 @@ KEYWORDS = {'07_masking': ['co-occurrence', 'co-occurrence span masking', 'span 
             '14_evaluation': ['macro EM', 'EM', 'exact match', 'fuzzy verbalizer', 'verbalizer', 'AUC'],
             '16_replug': ['LSR', 'REPLUG'], '18_realm': ['REALM'], '19_realm_pretraining': ['salient-span masking'],
             '21_batch': ['papermill', 'profile']}
+# The part of docs/equations.md ("NPM in equations") a method chapter implements: pointed at under its title.
+EQUATIONS = {'07_masking': 'training', '08_losses': 'training', '09_training': 'training', '13_inference': 'inference',
+             '14_evaluation': 'metrics'}
 MANIFEST = '.staged.json'  # in OUT/src: the files the builder wrote there, the only ones it ever removes
 
 
@@ -453,6 +456,9 @@ def stage(src: Path, nbs: Path = NBS) -> list[str]:
                 nb['cells'].append(md_cell('\n'.join(tocs)))  # hidden toctrees: the sidebar, nothing on the page
             elif rel.parent == Path('.'):
                 nb = numbered(nb, p.stem)
+                if (part := EQUATIONS.get(p.stem)) and 'docs/equations.md' in files:
+                    nb['cells'].insert(1, md_cell(f'*In equations:* the {part} part of [NPM in equations]'
+                                                  f'(docs/equations.md#{part}), numbered, with where our code differs from the paper.'))
                 if words := KEYWORDS.get(p.stem):  # right under the title: the search's index entries
                     nb['cells'].insert(1, md_cell('```{index} ' + ', '.join(f'!{w}' for w in words) + '\n```\n'))
                 if mod in mods: nb['cells'].append(md_cell(f'The API of this chapter: [`{mod}`](api/{mod}.rst).'))
