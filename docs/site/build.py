@@ -4,7 +4,12 @@ The notebooks are never executed here: a page shows the outputs committed with i
 `python docs/site/build.py [OUT]` (default `_site/`) stages a copy of `nbs/` under `OUT/src/` the way nbdev's renderer
 would show it (`#|` directive lines dropped, `#| hide` cells removed), adds the table of contents taken from
 `nbs/index.ipynb` (its parts and chapters, in its order: the one list of the chapters) and an API page per module of
-`npm_nb/_modidx.py` (autodoc, parameters from the docments), then runs Sphinx into `OUT/html/`. Open
+`npm_nb/_modidx.py` (autodoc, parameters from the docments, a link to the chapter that explains it), the docs
+(`docs/*.md`, `README.md`) and the results (`results/README.md`, the findings, every published table and figure, the
+notes of the runs they cite) as pages, then runs Sphinx into `OUT/html/`. On the staged copy only (the notebooks are not
+edited): chapter titles get their number, "chapter NN", `NN_name`, cited docs and backticked exported names become
+links, each experiment page ends with the tables and figures of its committed run, each figure gets an alt text from
+the sentence after it, and a glossary word's chapter comes first in the search. Open
 `OUT/html/index.html`, or serve it: `python -m http.server -d OUT/html`. `nbdev_docs` (Quarto) is untouched: it still
 builds `_docs/` from `nbs/` for whoever has Quarto.
 
