@@ -711,7 +711,7 @@ def markdown_table(df) -> str:
     "A pandas DataFrame (index included when named or non-default) as a GitHub markdown table."
     import pandas as pd
     if not isinstance(df.index, pd.RangeIndex) or df.index.name: df = df.reset_index()
-    cols = [str(c) for c in df.columns]
+    cols = [str(c).replace('|', '\\|') for c in df.columns]  # a '|' in a name would split its column
     lines = ['| ' + ' | '.join(cols) + ' |', '|' + '|'.join('---' for _ in cols) + '|']
     lines += ['| ' + ' | '.join(_fmt(v) for v in row) + ' |' for row in df.itertuples(index=False)]
     return '\n'.join(lines) + '\n'
