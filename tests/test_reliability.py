@@ -17,7 +17,7 @@ from npm_nb.npm.datastore import Datastore
 from npm_nb.npm.index import build_index, load_index
 from npm_nb.npm.inference import NPM, BM25Retriever
 from npm_nb.run.reference import reference_bm25
-from npm_nb.npm.training import TrainConfig, train, list_checkpoints
+from npm_nb.npm.training import TrainConfig, train, list_checkpoints, drop_final, is_published
 from npm_nb.run.batch import main as batch_main, make_demo_notebook
 
 torch.set_num_threads(2)
@@ -235,7 +235,7 @@ def resume_after(damage, run, tok, tmp_path):
     "Copy the run, drop its final checkpoint, damage the newest remaining one, resume; the warnings and final weights."
     fin, blocks = run
     d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True))
-    shutil.rmtree(d/'checkpoint-4'); (d/'final').unlink()
+    shutil.rmtree(d/'checkpoint-4'); drop_final(d)
     damage(d/'checkpoint-3')
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
@@ -261,7 +261,7 @@ def test_resume_falls_back_past_a_damaged_checkpoint(run, tok, tmp_path, case, d
 # case 3.24
 def test_resume_without_an_intact_checkpoint_is_refused_until_no_resume(run, tok, tmp_path):
     fin, blocks = run
-    d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True)); (d/'final').unlink()
+    d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True)); drop_final(d)
     for c in list_checkpoints(d): scribble(c/'model.safetensors', 4096)
     for _ in range(2):  # refused each time (nothing is set aside), until told to start over
         raises(lambda: train(cfg(d), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False),
@@ -497,7 +497,7 @@ class Planted:
 def test_planted_trainer_state_does_not_run_on_resume(run, tok, tmp_path):
     fin, blocks = run
     d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True))
-    shutil.rmtree(d/'checkpoint-4'); (d/'final').unlink()
+    shutil.rmtree(d/'checkpoint-4'); drop_final(d)
     c3, marker = d/'checkpoint-3', tmp_path/'PWNED'
     st = torch.load(c3/'trainer_state.pt', weights_only=True)
     torch.save({**st, 'extra': Planted(marker)}, c3/'trainer_state.pt')
@@ -534,9 +534,9 @@ def test_checkpoint_export_refuses_a_pickled_trainer_state(run, tmp_path):
 # round two (#28), case 2
 def test_npm_training_links_a_missing_final_on_the_next_call(run, tok, tmp_path):
     fin, blocks = run
-    d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True)); (d/'final').unlink()  # the crash point
+    d = Path(shutil.copytree(fin.parent, tmp_path/'r', symlinks=True)); drop_final(d)  # the crash point
     out = train(cfg(d), model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False)
-    assert out.exists() and out.resolve().name == 'checkpoint-4', out
+    assert out.exists() and is_published(out, d/'checkpoint-4'), out
     assert same_weights(out, fin)
 
 def file_digests(d):
@@ -548,12 +548,12 @@ def file_digests(d):
 def finished_then_relinked(out, again):
     "Unlink `out/final` of a finished run, call `again()`; check it relinks the last checkpoint and trains nothing."
     cks = [p.name for p in list_checkpoints(out)]
-    assert len(cks) == 2 and (out/'final').resolve().name == cks[-1], (cks, (out/'final').resolve())
+    assert len(cks) == 2 and is_published(out/'final', out/cks[-1]), cks
     before = file_digests(out/cks[-1])
-    (out/'final').unlink()  # the crash point: after the last checkpoint, before `final`
+    drop_final(out)  # the crash point: after the last checkpoint, before `final`
     got = Path(again())
-    assert got.exists() and got.resolve().name == cks[-1], got
-    assert (out/'final').exists() and (out/'final').resolve() == (out/cks[-1]).resolve()
+    assert got.exists() and is_published(got, out/cks[-1]), got
+    assert (out/'final').exists() and is_published(out/'final', out/cks[-1])
     assert [p.name for p in list_checkpoints(out)] == cks, 'a checkpoint was written or removed'
     assert file_digests(out/cks[-1]) == before, 'the last checkpoint changed'
 

@@ -182,3 +182,10 @@ def test_one_k_for_the_page_the_library_and_the_cli(store_page):
     ask = cli.parser().parse_args(['ask', 'store', 'A [MASK].'])
     assert K_NEIGHBOURS == 4096 == ask.k == E.Settings().k
     assert f'id="k" name="k" value="{K_NEIGHBOURS}"' in store_page
+
+
+# RELIABILITY-4 E50: a setting that is not a yes or a no was read as false
+def test_bm25_setting_that_is_neither_true_nor_false_is_refused():
+    from npm_nb.run.explorer import Settings, InputProblem
+    assert Settings.parse(bm25='off').bm25 is False and Settings.parse(bm25='Yes').bm25 is True
+    with pytest.raises(InputProblem, match="bm25 must be true or false, not 'maybe'"): Settings.parse(bm25='maybe')

@@ -19,7 +19,7 @@ from ..core import (atomic_write_json, atomic_path, load_state, rng_state, set_r
 from ..models import encoder_fingerprint, default_device, check_tokenizer
 from ..data.tasks import normalize_answer
 from ..npm.datastore import STOPWORDS
-from ..npm.training import checkpoint_dir, BatchStream, list_checkpoints, prune_checkpoints, link_final
+from ..npm.training import checkpoint_dir, BatchStream, list_checkpoints, prune_checkpoints, link_final, drop_final
 from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents, doc_input_ids,
                                     join_bert, mips, reader_scores, retrieval_utility, marginal_log_likelihood,
                                     retrieval_weights)
@@ -388,7 +388,7 @@ def _realm_start(cfg: RealmConfig, model: REALM, doc_ids: list, fp: str, # the e
     metrics, evals = out/'metrics.jsonl', out/'heldout.jsonl'
     if not resume:
         for p in list_checkpoints(out): shutil.rmtree(p)
-        if (out/'final').is_symlink(): (out/'final').unlink()
+        drop_final(out)  # a published folder, or an old-style link
     cks = list_checkpoints(out) if resume else []
     state = {'step': 0, 'cursor': 0, 'index_step': 0, 'due': False, 'data_fingerprint': fp,
              'init_fingerprint': encoder_fingerprint(model)[:16], 'refreshes': 0, 'wait_s': 0.0}

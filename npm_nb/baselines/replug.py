@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 from ..core import data_dir, atomic_write_json, atomic_write_bytes, load_state, rng_state, set_rng_state
 from ..models import load_encoder, load_tokenizer, encoder_fingerprint, default_device, offline_mode
-from ..npm.training import (save_checkpoint, list_checkpoints, prune_checkpoints, link_final, check_resume,
+from ..npm.training import (save_checkpoint, list_checkpoints, prune_checkpoints, link_final, drop_final, check_resume,
                                  BatchStream)
 from ..npm.inference import exact_search
 from .lm import CausalLM
@@ -350,7 +350,7 @@ def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to trai
     init_fp, data_fp = encoder_fingerprint(enc), _data_fingerprint(passages, queries)
     if not resume:
         for p in list_checkpoints(out): shutil.rmtree(p)
-        if (out/'final').is_symlink(): (out/'final').unlink()
+        drop_final(out)  # a published folder, or an old-style link
     cks = list_checkpoints(out) if resume else []
     state = dict(step=0, init_fingerprint=init_fp, model='replug_lsr', data_fingerprint=data_fp, lm_cache={},
                  index_step=-1, index_vectors=None, log=[])

@@ -223,6 +223,7 @@ def register_model(entry: ModelEntry) -> ModelEntry:
 # %% ../../nbs/23_explorer.ipynb #8277d080
 K_NEIGHBOURS = inspect.signature(NPM.predict_batch).parameters['k'].default  # 4096, the paper's k (App. A.1): the default
                                                                              # of NPM.predict, `npm-nb ask -k`, the page, the widget
+_BOOL_WORDS = {'1': True, 'true': True, 'on': True, 'yes': True, '0': False, 'false': False, 'off': False, 'no': False}
 
 @dataclass
 class Settings:
@@ -247,11 +248,12 @@ class Settings:
             if name not in kw or kw[name] is None or kw[name] == '' and name != 'labels': continue
             v, typ = kw[name], type(getattr(cls, name))
             try:
-                if typ is bool: v = v if isinstance(v, bool) else str(v).strip().lower() in ('1', 'true', 'on', 'yes')
+                if typ is bool: v = v if isinstance(v, bool) else _BOOL_WORDS[str(v).strip().lower()]  # 'maybe' is no answer
                 elif typ is int: v = int(float(v)) if float(v) == int(float(v)) else 1 / 0
                 else: v = typ(v)
-            except (ValueError, TypeError, ZeroDivisionError, OverflowError):
-                raise InputProblem(f"{name} must be {'a whole number' if typ is int else 'a number'}, not {str(kw[name])[:40]!r}.")
+            except (ValueError, TypeError, ZeroDivisionError, OverflowError, KeyError):
+                what = 'true or false' if typ is bool else 'a whole number' if typ is int else 'a number'
+                raise InputProblem(f"{name} must be {what}, not {str(kw[name])[:40]!r}.")
             if name in cls.RANGES:
                 lo, hi = cls.RANGES[name]
                 if not lo <= v <= hi: raise InputProblem(f"{name} must be between {lo:g} and {hi:g}, not {v:g}.")
