@@ -462,9 +462,13 @@ def is_published(final: Path, ckpt: Path) -> bool:
     if not (final.is_dir() and ckpt.is_dir()): return False
     a, b = final/CHECKSUMS, ckpt/CHECKSUMS
     if a.is_file() and b.is_file(): return a.read_bytes() == b.read_bytes()  # the checksums of every file: one read
-    names = sorted(f.name for f in ckpt.iterdir() if f.is_file())
-    return bool(names) and names == sorted(f.name for f in final.iterdir() if f.is_file()) and \
+    names = _files_under(ckpt)  # sub-folders too (REALM's retriever/ and reader/)
+    return bool(names) and names == _files_under(final) and \
         all(os.path.samefile(final/n, ckpt/n) or filecmp.cmp(final/n, ckpt/n, shallow=False) for n in names)
+
+def _files_under(d: Path) -> list[str]:
+    "The files under folder `d`, as sorted relative paths."
+    return sorted(f.relative_to(d).as_posix() for f in d.rglob('*') if f.is_file())
 
 def link_final(out_dir, ckpt: Path) -> Path:
     "Publish `ckpt` as the folder `<out_dir>/final` (hard links to its files, renamed into place); nothing is written when it already is."
@@ -473,10 +477,10 @@ def link_final(out_dir, ckpt: Path) -> Path:
     if not os.access(out_dir, os.W_OK): return ckpt  # read-only, `final` missing or elsewhere: the finished checkpoint itself
     tmp, old = out_dir/f'.final-{os.getpid()}', out_dir/f'.old-final-{os.getpid()}'
     _remove(tmp); _remove(old); tmp.mkdir()
-    for f in sorted(ckpt.iterdir()):
-        if not f.is_file(): continue
-        try: os.link(f, tmp/f.name)
-        except OSError: shutil.copy2(f, tmp/f.name)  # no hard links here (another file system, FAT, some mounts): a copy
+    for n in _files_under(ckpt):
+        (tmp/n).parent.mkdir(parents=True, exist_ok=True)
+        try: os.link(ckpt/n, tmp/n)
+        except OSError: shutil.copy2(ckpt/n, tmp/n)  # no hard links here (another file system, FAT, some mounts): a copy
     if fin.is_symlink() or fin.exists(): os.rename(fin, old)
     os.rename(tmp, fin); _remove(old)
     return fin
