@@ -262,9 +262,10 @@ def extract_tar(archive, # a tar file (any compression)
                     if m.issym(): os.symlink(m.linkname, out); continue
                     if m.islnk(): shutil.copyfile(checked_path(dest, m.linkname, archive, 'link target'), out); continue
                     with t.extractfile(m) as src, open(out, 'wb') as f: shutil.copyfileobj(src, f, 1 << 20)
-    except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:  # the last four: a stream cut short
-        raise ValueError(f"{archive or 'the archive'} is not a readable tar archive ({type(e).__name__}: {e}): it is damaged "
-                         "or cut short, copy it again") from None
+    except (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:  # the compressed stream ends early or is garbled
+        raise ValueError(f"{archive or 'the archive'} is cut short or damaged ({e}): copy it again") from None
+    except tarfile.TarError as e:
+        raise ValueError(f"{archive} is not a readable tar archive ({e}): it is damaged or cut short, copy it again") from None
     return [m.name for m in ms]
 
 def extract_zip(archive, # a zip file
