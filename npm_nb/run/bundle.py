@@ -167,10 +167,9 @@ def part_budget_mb(tree: int | None = None, # bytes of the working tree (default
 
 # %% ../../nbs/22_bundle.ipynb #4f8d4b34
 def _extract(archive, dest, only=None):
-    """Unpack a tar archive after checking every member (`core.extract_tar`: names inside `dest`, files and folders only);
-    an archive cut short in transfer, or whose compressed stream is damaged, is a sentence that names it."""
-    try: return extract_tar(archive, dest, only=only)
-    except STREAM_ERRORS as e: raise ValueError(_stream_error(archive, e)) from None
+    """Unpack a tar archive after checking every member (`core.extract_tar`: names inside `dest`, files and folders only;
+    an archive cut short in transfer, or whose compressed stream is damaged, is a sentence that names it)."""
+    return extract_tar(archive, dest, only=only)
 
 STREAM_ERRORS = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)  # what a cut or damaged .tar.xz/.tar.gz raises (not a TarError)
 
