@@ -302,8 +302,10 @@ def is_marks(s: str) -> bool:
 
 def junk_tokens(ds) -> np.ndarray:
     "[T] True for each corpus token that is a whole-word stopword (`STOPWORDS`) or only punctuation and symbols (cached)."
+    return derived(ds, 'junk_tokens', lambda: _junk_tokens(ds))
+
+def _junk_tokens(ds) -> np.ndarray:
     tt = token_table(ds)
-    if getattr(tt, '_junk', None) is not None: return tt._junk
     out, stop, seen = np.zeros(len(tt.doc), bool), set(STOPWORDS), {}
     real = np.flatnonzero(tt.char_start >= 0); whole = (tt.valid_start & tt.valid_end)[real]
     last, text = -1, ''
@@ -313,7 +315,6 @@ def junk_tokens(ds) -> np.ndarray:
         s = text[a:b]; key = (s, w)
         if key not in seen: seen[key] = (w and s.lower() in stop) or is_marks(s)
         out[t] = seen[key]
-    tt._junk = out
     return out
 
 def span_allowed(ds, tt: TokenTable, first, last, # candidate spans (token numbers)
