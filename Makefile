@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install chromium data model reproduce test sync-check book smoke clean-data explorer explorer-screenshot bundle bundle-test docs
+.PHONY: install chromium data model reproduce test sync-check lint book smoke clean-data explorer explorer-screenshot bundle bundle-test docs
 
 # torch comes first, as the build named by TORCH_VARIANT: `cpu` (default; torch==2.13.0 from plain PyPI is the CUDA 13
 # build, over 3 GB with its CUDA packages), a CUDA build of the PyTorch index (`cu126`, `cu128`, ...), or `pypi`
@@ -95,8 +95,13 @@ sync-check: install
 docs: install
 	$(PY) docs/site/build.py _site
 
-test: data sync-check
+test: data sync-check lint
 	$(BIN)/pytest -q --durations=25 tests
+
+# The linter (pyproject.toml, [tool.ruff]): one statement a line, lines of at most 120 characters, no unused argument,
+# over the notebooks and the package they export.
+lint: $(VENV)/.installed
+	$(BIN)/ruff check nbs npm_nb
 
 # The book: execute chapters of nbs/ (all, or CHAPTERS="07_masking 08_losses"), `#| slow` cells included, and write their
 # outputs into them with a hash of their code (tests/book.py). The author's command, run after changing a chapter's code;
