@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_models.ipynb #ee1abe90
 from __future__ import annotations
-import os, hashlib, importlib.util, zipfile, shutil
+import os, hashlib, importlib.util, zipfile, shutil, weakref
 from pathlib import Path
 # torch and transformers load inside the functions that use them: `npm-nb --help` and `npm-nb info` never import them
 from .core import data_dir, read_json, extract_zip, file_checksum, folder_checksums, verify_checksums, check_setting
@@ -277,13 +277,16 @@ def _config_changes(model) -> dict:
         if v != base: out[k] = v
     return out
 
+_FINGERPRINTS = weakref.WeakKeyDictionary()  # model -> (weights key, fingerprint); nothing is written on the model
+
 def encoder_fingerprint(model, # an encoder (or any `nn.Module`)
                         cached: bool = True, # reuse the hash computed for these exact weights
                        ) -> str:
-    "A short sha256 of the encoder's weights (names, shapes and values) and output-changing config, cached on the model."
+    "A short sha256 of the encoder's weights (names, shapes and values) and output-changing config, cached per model."
     changes = _config_changes(model)
     key = (_weights_key(model), repr(sorted(changes.items())))
-    hit = getattr(model, '_npm_nb_fingerprint', None)
+    try: hit = _FINGERPRINTS.get(model)
+    except TypeError: hit = None  # an object that cannot be weakly referenced is hashed every time
     if cached and hit is not None and hit[0] == key: return hit[1]
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
@@ -291,8 +294,8 @@ def encoder_fingerprint(model, # an encoder (or any `nn.Module`)
         h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
     if changes: h.update(('config ' + repr(sorted(changes.items()))).encode())  # none: the weights-only hash of old
     fp = h.hexdigest()[:16]
-    try: object.__setattr__(model, '_npm_nb_fingerprint', (key, fp))
-    except (AttributeError, TypeError): pass
+    try: _FINGERPRINTS[model] = (key, fp)
+    except TypeError: pass
     return fp
 
 # %% ../nbs/02_models.ipynb #a7893c74

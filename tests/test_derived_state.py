@@ -1,6 +1,7 @@
 """What is derived from a datastore (token table, exact searcher, normalised blocks, the explorer's id tables) follows
 every `add` and `remove`, also when the store comes back to the same size (the reproduction of
 shared/audits/AESTHETICS-2.md §4.6: remove one document, add another of the same length)."""
+import gc
 import numpy as np
 import pytest
 import torch
@@ -41,7 +42,8 @@ def test_token_table_after_remove_then_add_same_size(same_size_again):
     tt = token_table(ds)
     assert tt is not old_table
     assert len(tt.offsets) == len(ds.blocks) + 1
-    np.testing.assert_array_equal(tt.token, tt.offsets[np.asarray(ds.vec_block, np.int64)] + np.asarray(ds.vec_pos, np.int64))
+    want = tt.offsets[np.asarray(ds.vec_block, np.int64)] + np.asarray(ds.vec_pos, np.int64)
+    np.testing.assert_array_equal(tt.token, want)
     assert set(tt.doc[tt.row >= 0]) <= set(range(len(ds.doc_ids)))
 
 def test_normalized_blocks_and_doc_ids_after_remove_then_add(same_size_again):
@@ -54,5 +56,31 @@ def test_derived_is_made_once_per_version(model, tmp_path):
     calls = []
     make = lambda: calls.append(1) or len(calls)
     assert ds.derived('x', make) == ds.derived('x', make) == 1
-    v = ds.version; ds.remove(['a'], progress=False)
+    v = ds.version
+    ds.remove(['a'], progress=False)
     assert ds.version > v and ds.derived('x', make) == 2
+
+def test_fingerprints_are_cached_without_touching_the_model_or_tokenizer():
+    "The fingerprint caches are the modules' own: no attribute appears on the encoder or the tokenizer."
+    from npm_nb.models import encoder_fingerprint, _FINGERPRINTS
+    from npm_nb.npm.datastore import tokenizer_fingerprint, _TOKENIZER_FINGERPRINTS
+    tok = load_tokenizer('minilm')
+    enc = tiny_encoder(tok, seed=0)
+    enc_attrs, tok_attrs = set(vars(enc)), set(vars(tok))
+    fe, ft = encoder_fingerprint(enc), tokenizer_fingerprint(tok)
+    assert set(vars(enc)) == enc_attrs and set(vars(tok)) == tok_attrs
+    assert _FINGERPRINTS[enc][1] == fe and _TOKENIZER_FINGERPRINTS[tok][1] == ft  # cached
+    assert encoder_fingerprint(enc) == fe and tokenizer_fingerprint(tok) == ft
+    with torch.no_grad(): next(enc.parameters()).add_(1.0)  # in place: torch's version counter moves
+    fe2 = encoder_fingerprint(enc)
+    assert fe2 != fe and encoder_fingerprint(enc, cached=False) == fe2
+    enc.config.hidden_act = 'relu'  # an output-changing config field, the weights as they were
+    assert encoder_fingerprint(enc) not in (fe, fe2)
+    assert set(vars(enc)) == enc_attrs
+    tok.add_tokens(['zzqx'])  # a new token changes the vocabulary
+    assert tokenizer_fingerprint(tok) != ft and _TOKENIZER_FINGERPRINTS[tok][1] == tokenizer_fingerprint(tok)
+    assert not [k for k in vars(tok) if 'fingerprint' in k]
+    n = len(_FINGERPRINTS)
+    del enc
+    gc.collect()
+    assert len(_FINGERPRINTS) < n  # the entry goes with the encoder

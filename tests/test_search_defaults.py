@@ -42,18 +42,21 @@ def test_index_benchmark_and_profiles_use_the_tuned_graph():
             p = (spec or {}).get('params') or {}
             assert p.get('ef_construction', HNSW_EF_CONSTRUCTION) >= HNSW_EF_CONSTRUCTION, (f.name, name, p)
 
-# finding 3: 200 queries, tuned on the reported ones; the cpu profile now runs 1,000 test and 200 separate tuning queries
+# finding 3: 200 queries, tuned on the reported ones; the cpu profile now runs 1,000 test and 200 separate tuning
+# queries
 def test_cpu_profile_benchmarks_on_1000_test_queries_and_a_separate_tuning_set():
     p = yaml.safe_load((ROOT/'params/cpu.yaml').read_text())['notebooks']['03_index_benchmark']['params']
     assert p['n_queries'] >= 1000 and p['n_tune'] >= 200
 
-# finding 1: FAISS's IndexFlatIP took its per-query scan (nq·d < 128,000); forced onto BLAS it returns the brute force's
-# rows, and the settings are restored afterwards, also after an error
+# finding 1: FAISS's IndexFlatIP took its per-query scan (nq·d < 128,000); forced onto BLAS it returns the brute
+# force's rows, and the settings are restored afterwards, also after an error
 def test_faiss_blas_path_returns_brute_force_rows_and_restores_its_settings():
     rng = np.random.default_rng(1)
     V, Q = rng.integers(-3, 4, (5000, 24)).astype(np.float32), rng.integers(-3, 4, (30, 24)).astype(np.float32)
     want_s, _ = brute(V, Q, 20)
-    f = faiss.IndexFlatIP(24); f.add(V); before = blas_settings()
+    f = faiss.IndexFlatIP(24)
+    f.add(V)
+    before = blas_settings()
     with faiss_blas_path(block=1024):
         assert blas_settings() == (0, 1024)
         D, I = f.search(Q, 20)
@@ -92,8 +95,9 @@ def test_exact_search_at_the_experiments_k_matches_brute_force(ties, monkeypatch
         if ties: np.testing.assert_array_equal(r, want_r)
         else: assert np.abs(s - want_s)[r != want_r].max(initial=0) < 1e-5   # only fp32 near-ties may swap
     with warnings.catch_warnings():
-        warnings.simplefilter('ignore')                               # bf16 on a CPU that emulates it: slow, still exact
+        warnings.simplefilter('ignore')  # bf16 on a CPU that emulates it: slow, still exact
         for precision in ('fp32', 'bf16'): check(*ExactSearch(V, precision=precision).search(Q, k))
         monkeypatch.setattr(search, 'BF16_MAX_SHORTLIST', 4)          # 4k·4 <= N: the streamed bf16 shortlist runs
-        es = ExactSearch(V, precision='bf16'); check(*es.search(Q, k))
+        es = ExactSearch(V, precision='bf16')
+        check(*es.search(Q, k))
     assert es.stats['queries'] == len(Q) and es.stats['fp32'] < len(Q), es.stats   # the bf16 path answered, not fp32

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/10_datastore.ipynb #f34ae56e
 from __future__ import annotations
-import codecs, contextlib, csv, gzip, hashlib, io, json, os, shutil, time, warnings, zlib
+import codecs, contextlib, csv, gzip, hashlib, io, json, os, shutil, time, warnings, weakref, zlib
 from collections.abc import Iterator
 from pathlib import Path
 import numpy as np
@@ -98,17 +98,20 @@ def stored_positions(block, # a block row (`input_ids`, `valid_start`, `valid_en
     return np.flatnonzero(keep).astype(np.int32)
 
 # %% ../../nbs/10_datastore.ipynb #d2257808
+_TOKENIZER_FINGERPRINTS = weakref.WeakKeyDictionary()  # tokenizer -> (key, fingerprint); nothing is written on it
+
 def tokenizer_fingerprint(tok) -> str:
-    "A short sha256 of the tokenizer's vocabulary and special tokens (cached on the tokenizer)."
+    "A short sha256 of the tokenizer's vocabulary and special tokens (cached per tokenizer)."
     key = (type(tok).__name__, len(tok), json.dumps(tok.special_tokens_map, sort_keys=True, default=str))
-    hit = getattr(tok, '_npm_nb_fingerprint', None)
+    try: hit = _TOKENIZER_FINGERPRINTS.get(tok)
+    except TypeError: hit = None  # an object that cannot be weakly referenced is hashed every time
     if hit is not None and hit[0] == key: return hit[1]
     h = hashlib.sha256(type(tok).__name__.encode())
     for t, i in sorted(tok.get_vocab().items(), key=lambda x: x[1]): h.update(f'{i}\t{t}\n'.encode())
     h.update(json.dumps(tok.special_tokens_map, sort_keys=True, default=str).encode())
     fp = h.hexdigest()[:16]
-    try: object.__setattr__(tok, '_npm_nb_fingerprint', (key, fp))
-    except (AttributeError, TypeError): pass
+    try: _TOKENIZER_FINGERPRINTS[tok] = (key, fp)
+    except TypeError: pass
     return fp
 
 def _doc_table(docs, start: int = 0) -> Dataset:
