@@ -8,6 +8,7 @@ import unicodedata
 import numpy as np
 from datasets import Dataset, concatenate_datasets
 from tqdm.auto import tqdm
+from fastcore.basics import patch
 from ..models import check_tokenizer
 
 # %% auto #0
@@ -29,13 +30,14 @@ def is_punctuation(s: str) -> bool:
     s = s.strip()
     return bool(s) and all(unicodedata.category(c).startswith('P') for c in s)
 
+# %% ../../nbs/06_blocks.ipynb #3d2fe69d
 def punctuation_ids(tok) -> np.ndarray:
     "Sorted ids of the vocabulary entries that are punctuation (WordPiece `##` / BPE `Ġ` markers ignored)."
     ids = [i for t, i in tok.get_vocab().items()
            if i not in tok.all_special_ids and is_punctuation(tok.convert_tokens_to_string([t]))]
     return np.array(sorted(ids), dtype=np.int64)
 
-# %% ../../nbs/06_blocks.ipynb #f5c213e9
+# %% ../../nbs/06_blocks.ipynb #f4a8755d
 def _pieces(n: int, starts: np.ndarray, room: int, size: int, back: int = 32):
     "Cut `n` tokens into pieces: the first at most `room` long, the rest at most `size`; cut at word starts if possible."
     out, i, cap = [], 0, room
@@ -48,6 +50,7 @@ def _pieces(n: int, starts: np.ndarray, room: int, size: int, back: int = 32):
         out.append((i, j)); i, cap = j, size
     return out
 
+# %% ../../nbs/06_blocks.ipynb #086ee263
 LONG_TEXT = 100_000  # characters one tokenizer call sees at most: a longer document is tokenized window by window
 
 def _windows(text: str, size: int):
@@ -60,6 +63,7 @@ def _windows(text: str, size: int):
             if k > i: j = k  # no whitespace in the second half (one giant "word"): cut at the size
         yield i, j; i = j
 
+# %% ../../nbs/06_blocks.ipynb #6c71795e
 def _encoded(tok, texts: list):
     "`(ids, offsets, valid_start, valid_end)` of each text; one longer than `LONG_TEXT` is tokenized in windows (bounded memory)."
     kw = dict(add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
@@ -75,8 +79,48 @@ def _encoded(tok, texts: list):
             offs.append(np.asarray(e['offset_mapping'], at).reshape(-1, 2) + at(a))
         yield np.concatenate(ids), np.concatenate(offs), np.concatenate(vs), np.concatenate(ve)
 
+# %% ../../nbs/06_blocks.ipynb #dfcefc09
 BLOCKS_PER_TABLE = 1000  # blocks gathered as Python lists before they become an Arrow table (bounded memory)
 
+class _Packer:
+    "Blocks being filled (`cur`), closed (`cols`) and turned into Arrow tables (`tables`) for the corpus `source`."
+    def __init__(self, source: str, cls: int, sep: int):
+        self.source, self.cls, self.sep = source, cls, sep
+        self.cols = {k: [] for k in ('input_ids', 'doc_index', 'char_start', 'char_end', 'valid_start', 'valid_end')}
+        self.cur = {k: [] for k in self.cols}
+        self.tables, self.n_blocks = [], 0
+
+# %% ../../nbs/06_blocks.ipynb #5b0ae4b2
+@patch
+def flush(self: _Packer):
+    "The gathered blocks become one Arrow table."
+    cols, source = self.cols, self.source
+    if not cols['input_ids']: return
+    n = len(cols['input_ids'])
+    self.tables.append(Dataset.from_dict(dict(cols, source=[source] * n,
+                                              block_id=[f'{source}:{k}' for k in range(self.n_blocks, self.n_blocks + n)])))
+    self.n_blocks += n
+    for k in cols: cols[k].clear()
+
+@patch
+def close(self: _Packer):
+    "The block being filled is done (a table is made once `BLOCKS_PER_TABLE` are done)."
+    cols, cur = self.cols, self.cur
+    if cur['input_ids']:
+        for k in cols: cols[k].append(cur[k][:]); cur[k].clear()
+        if len(cols['input_ids']) >= BLOCKS_PER_TABLE: self.flush()
+
+# %% ../../nbs/06_blocks.ipynb #60b8ad0b
+@patch
+def add(self: _Packer, d, ids, offs, vs, ve):
+    "Append document `d` (its token ids, offsets and word boundaries) to the block being filled, between [CLS] and [SEP]."
+    cls, sep = self.cls, self.sep
+    if isinstance(ids, np.ndarray): ids, offs = ids.tolist(), offs.tolist()  # a piece of a long document
+    for k, v in zip(self.cols, ([cls] + ids + [sep], [d] * (len(ids) + 2), [-1] + [o[0] for o in offs] + [-1],
+                                [-1] + [o[1] for o in offs] + [-1], [False] + vs + [False], [False] + ve + [False])):
+        self.cur[k].extend(v)
+
+# %% ../../nbs/06_blocks.ipynb #c57ff775
 def build_blocks(docs, # a table with a `text` column (e.g. a `datasets.Dataset`), one row a document
                  tok, # a fast tokenizer (see `load_tokenizer`)
                  max_len: int = 256, # tokens per block, special tokens included
@@ -90,38 +134,22 @@ def build_blocks(docs, # a table with a `text` column (e.g. a `datasets.Dataset`
     texts = docs['text'] if not isinstance(docs, (list, tuple)) else list(docs)
     cls, sep, size = tok.cls_token_id, tok.sep_token_id, max_len - 2
     if cls is None or sep is None: cls, sep = tok.bos_token_id, tok.eos_token_id
-    cols = {k: [] for k in ('input_ids', 'doc_index', 'char_start', 'char_end', 'valid_start', 'valid_end')}
-    cur = {k: [] for k in cols}; n_empty = 0; tables = []; n_blocks = 0
-    def flush():  # the gathered blocks become one Arrow table
-        nonlocal n_blocks
-        if not cols['input_ids']: return
-        n = len(cols['input_ids'])
-        tables.append(Dataset.from_dict(dict(cols, source=[source] * n, block_id=[f'{source}:{k}' for k in range(n_blocks, n_blocks + n)])))
-        n_blocks += n
-        for k in cols: cols[k].clear()
-    def close():
-        if cur['input_ids']:
-            for k in cols: cols[k].append(cur[k][:]); cur[k].clear()
-            if len(cols['input_ids']) >= BLOCKS_PER_TABLE: flush()
-    def add(d, ids, offs, vs, ve):
-        if isinstance(ids, np.ndarray): ids, offs = ids.tolist(), offs.tolist()  # a piece of a long document
-        for k, v in zip(cols, ([cls] + ids + [sep], [d] * (len(ids) + 2), [-1] + [o[0] for o in offs] + [-1],
-                               [-1] + [o[1] for o in offs] + [-1], [False] + vs + [False], [False] + ve + [False])):
-            cur[k].extend(v)
+    p = _Packer(source, cls, sep); cur = p.cur; n_empty = 0
     bar = tqdm(total=len(texts), desc=f'blocks[{source}]', disable=not progress, leave=False)
     for b in range(0, len(texts), batch_size):
         chunk = [t or '' for t in texts[b:b + batch_size]]
         for i, (ids, offs, vs, ve) in enumerate(_encoded(tok, chunk)):
             if not len(ids): n_empty += 1; continue
             room = max_len - len(cur['input_ids']) - 2
-            if len(ids) > room and len(ids) <= size: close(); room = size
-            if room < 8: close(); room = size
+            if len(ids) > room and len(ids) <= size: p.close(); room = size
+            if room < 8: p.close(); room = size
             for s, e in _pieces(len(ids), vs, room, size):
-                if len(cur['input_ids']) + (e - s) + 2 > max_len: close()
+                if len(cur['input_ids']) + (e - s) + 2 > max_len: p.close()
                 # a piece cut mid-document: its first token may not be a word start, its last may not be a word end
-                add(b + i, ids[s:e], offs[s:e], vs[s:e].tolist(), ve[s:e].tolist())
+                p.add(b + i, ids[s:e], offs[s:e], vs[s:e].tolist(), ve[s:e].tolist())
         bar.update(len(chunk))
-    close(); flush(); bar.close()
+    p.close(); p.flush(); bar.close()
+    tables = p.tables
     if not tables:
         raise ValueError(f"corpus {source!r} has no text: all {len(texts)} documents are empty")
     ds = tables[0] if len(tables) == 1 else concatenate_datasets(tables)
