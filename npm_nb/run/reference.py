@@ -20,11 +20,12 @@ from ..npm.inference import NPM, BM25Retriever
 
 # %% auto #0
 __all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'PAPER_SCORING', 'TEMPORAL', 'RUN_ONLY_FIELDS', 'trained_path', 'load_row_model',
-           'store_key', 'drop_matches', 'reference_corpus', 'subject_documents', 'evaluated_texts', 'open_examples',
-           'open_selection', 'plain_blocks', 'store_path', 'reference_datastore', 'reference_bm25', 'setting_answers',
-           'keep_sections', 'open_set_answers', 'temporal_answers', 'setting_hits', 'dev_evaluation', 'stratum_weights',
-           'criterion', 'paired_difference', 'task_scores', 'training_fields', 'finished_run', 'training_minutes',
-           'choose_recipe']
+           'RowModels', 'store_key', 'drop_matches', 'reference_corpus', 'subject_documents', 'evaluated_texts',
+           'open_examples', 'open_selection', 'plain_blocks', 'store_path', 'reference_datastore', 'reference_bm25',
+           'setting_answers', 'keep_sections', 'open_set_answers', 'temporal_selection', 'temporal_answers',
+           'setting_hits', 'dev_evaluation', 'stratum_weights', 'criterion', 'paired_difference', 'task_scores',
+           'training_fields', 'finished_run', 'training_minutes', 'choose_recipe', 'trained_steps', 'checkpoint_steps',
+           'elapsed', 'bf16_autocast', 'closed_set_corpora', 'closed_set_rows', 'profile_parameters']
 
 # %% ../../nbs/20_reference.ipynb #2c213e56
 MODEL_ROWS = {'npm': 'NPM (ours, trained)', 'single': 'NPM-single (ours, trained)',
@@ -40,6 +41,7 @@ def trained_path(profile: str, objective: str) -> Path:
                                 f"nbs/experiments/01_train.ipynb with -p profile {profile}")
     return p
 
+# %% ../../nbs/20_reference.ipynb #fe1223d0
 def load_row_model(row: str, # one of MODEL_ROWS
                    profile: str = 'smoke', # whose checkpoints
                    base: str = 'minilm', # the init encoder
@@ -53,6 +55,20 @@ def load_row_model(row: str, # one of MODEL_ROWS
     if row.startswith('init'): return NPM.from_pretrained(base, mode='single' if row == 'init_single' else 'npm', device=device)
     return NPM.from_pretrained(str(trained_path(profile, row)), mode=row, device=device)
 
+# %% ../../nbs/20_reference.ipynb #61b28021
+class RowModels(dict):
+    "The models of table rows (`load_row_model`), each loaded on first use and kept: `models['npm']`."
+    def __init__(self, profile: str = 'smoke', # whose checkpoints
+                 base: str = 'minilm', # the init encoder
+                 device: str | None = None):
+        super().__init__()
+        self.profile, self.base, self.device = profile, base, device
+
+    def __missing__(self, row: str):
+        self[row] = load_row_model(row, self.profile, base=self.base, device=self.device)
+        return self[row]
+
+# %% ../../nbs/20_reference.ipynb #5931db20
 def store_key(row: str) -> str:
     "Rows that share an encoder share a datastore (init and init_single)."
     return 'init' if row.startswith('init') else row
@@ -65,6 +81,7 @@ def _column(d, name: str) -> list:
     "A column as a list, read at once (iterating a datasets column reads row by row: ~1,000x slower)."
     return d.select_columns([name])[:][name]
 
+# %% ../../nbs/20_reference.ipynb #9b25a77e
 def _budget_indices(docs, budget: int, tok, seed: int, skip=None, chunk: int = 64) -> tuple:
     "Sorted row numbers of a seeded random subset of `docs` whose tokens fit `budget` (none `skip(texts)` flags), and the tokens used."
     order, keep, used = np.random.default_rng(seed).permutation(len(docs)), [], 0
@@ -80,6 +97,7 @@ def _budget_indices(docs, budget: int, tok, seed: int, skip=None, chunk: int = 6
         if used >= budget or (texts and not added): break   # full, or nothing of a whole chunk fits the rest
     return sorted(keep), used
 
+# %% ../../nbs/20_reference.ipynb #8928b120
 def _words(s: str) -> tuple: return tuple(re.sub(r'[^0-9a-z]+', ' ', (s or '').lower()).split())
 
 def _drop_index(drop, probe: int) -> tuple:
@@ -90,6 +108,7 @@ def _drop_index(drop, probe: int) -> tuple:
         if len(w) >= probe: long.setdefault(w[:probe], []).append(w)
     return whole, long
 
+# %% ../../nbs/20_reference.ipynb #3f980ed5
 def drop_matches(texts, # the candidate documents' texts
                  drop, # texts that must not be selected (or a prepared `_drop_index`)
                  probe: int = 8, # drop texts of at least this many words are also found inside longer documents
@@ -104,11 +123,13 @@ def drop_matches(texts, # the candidate documents' texts
             if any(w[j:j + len(f)] == f for f in long.get(w[j:j + probe], ())): out[i] = True; break
     return out
 
+# %% ../../nbs/20_reference.ipynb #e9faafc9
 def _size(name: str) -> float:
     "A corpus's MiniLM tokens from its build record (infinite when unknown): budget shares go to the smallest first."
     try: return float(json.loads((Path(_corpus(name).cache_files[0]['filename']).parent/'build.json').read_text())['tokens'])
     except Exception: return float('inf')
 
+# %% ../../nbs/20_reference.ipynb #c8cbf482
 def reference_corpus(names, # corpus names (`npm_nb.data.corpora.CORPORA`, or 'translation')
                      max_tokens: int | None = None, # total MiniLM-token budget, shared equally; None = everything
                      seed: int = 0, tok=None,
@@ -128,6 +149,7 @@ _SELECTIONS = {}
 def _digest(xs) -> str:
     return hashlib.sha1('\n'.join(sorted(set(map(str, xs)))).encode()).hexdigest()[:8]
 
+# %% ../../nbs/20_reference.ipynb #a27425ed
 def _select(names, max_tokens, seed, tok, keep, drop):
     bad = [n for n in names if n not in CORPORA and n != 'translation']
     if bad: raise KeyError(f"unknown corpus {bad}: use names from {sorted(CORPORA)} or 'translation'")
@@ -160,6 +182,7 @@ def _normalize_all(texts) -> str:
     big = ' \x00 '.join(t or '' for t in texts).lower().translate(_PUNCT)
     return re.sub(r'[^\S\x00]+', ' ', re.sub(r'\b(a|an|the)\b', ' ', big))
 
+# %% ../../nbs/20_reference.ipynb #dbbeee30
 @lru_cache(maxsize=16)
 def _title_index(name: str) -> tuple:
     "(normalised title → ids, ids) of a corpus; a WordNet title is one key per lemma, parentheses dropped."
@@ -179,6 +202,7 @@ def _mention_text(name: str) -> tuple:
     big = _normalize_all(_column(_corpus(name), 'text'))
     return big, np.concatenate([[0], np.flatnonzero(np.frombuffer(big.encode('utf-32-le'), np.uint32) == 0) + 1])
 
+# %% ../../nbs/20_reference.ipynb #846607db
 def subject_documents(subjects, # the evaluated subjects (e.g. a task's `subject` column)
                       names, # reference corpus names
                       max_mentions: int = 3, # documents kept for a subject that no title names
@@ -200,6 +224,7 @@ def subject_documents(subjects, # the evaluated subjects (e.g. a task's `subject
         out[s] = list(dict.fromkeys(hits))
     return out
 
+# %% ../../nbs/20_reference.ipynb #e2eae732
 def evaluated_texts(tasks, # closed-set task names
                     n: int | None = None, # examples per task, seeded as `npm_nb.npm.evaluation` draws them (None: all)
                     split: str = 'test', # the tasks' split (`load_task`)
@@ -237,6 +262,7 @@ def open_examples(tasks=OPEN_TASKS, # open-set task names
         else: out[t] = _per_bucket(df, per_bucket, seed)
     return {t: out[t] for t in tasks}
 
+# %% ../../nbs/20_reference.ipynb #c7202ba7
 def open_selection(names, # reference corpus names
                    tasks=OPEN_TASKS, per_bucket: int | None = None, seed: int = 0, # as `open_examples`
                    max_mentions: int = 3, # as `subject_documents`
@@ -247,6 +273,7 @@ def open_selection(names, # reference corpus names
     subj = subject_documents([s for d in ex.values() for s in d.subject], names, max_mentions)
     return ex, subj, sorted({i for v in subj.values() for i in v})
 
+# %% ../../nbs/20_reference.ipynb #07497bf0
 def plain_blocks(docs, # documents (a Dataset with `text`)
                  tok, max_len: int = 256) -> list:
     "The texts of the blocks a datastore of `docs` holds (`Datastore.build`'s blocking), without encoding anything."
@@ -271,6 +298,7 @@ def store_path(profile: str, key: str, names, max_tokens=None, remove_stopwords:
     if drop: sel += f"-drop{len(set(drop))}x{_digest(' '.join(_words(t)) for t in drop)}"
     return data_dir('cache', 'datastores', profile, key, sel)
 
+# %% ../../nbs/20_reference.ipynb #e7a9a71b
 def reference_datastore(model: NPM, # the row's model (its encoder fills the store)
                         key: str, # the row's store key (`store_key(row)`)
                         names, # reference corpus names
@@ -292,6 +320,7 @@ def reference_datastore(model: NPM, # the row's model (its encoder fills the sto
                            remove_stopwords=remove_stopwords, source='+'.join([names] if isinstance(names, str) else names),
                            progress=progress, amp=amp)
 
+# %% ../../nbs/20_reference.ipynb #3f33a87b
 def reference_bm25(ds: Datastore) -> BM25Retriever:
     "The BM25 index over a datastore's blocks, cached in the datastore folder; rebuilt when stale or damaged."
     p = Path(ds.path)/'bm25'
@@ -338,6 +367,7 @@ def setting_answers(npm: NPM, ds: Datastore, bm25, # the model, its store and a 
                     for a, T, w in settings})
     return out
 
+# %% ../../nbs/20_reference.ipynb #bfe15670
 def keep_sections(text: str, keep: set) -> str:
     "A Factbook document restricted to the sections named in `keep` (a section starts at a line without ':'; empty: all)."
     if not keep: return text
@@ -365,6 +395,19 @@ def open_set_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER
         out[t] = (d, setting_answers(npm, ds, bm, d['query'].tolist(), qf, settings, restrict_k, l_max, batch_size))
     return ds, bm, out
 
+# %% ../../nbs/20_reference.ipynb #b8089490
+def temporal_selection(year: str, # the Factbook edition: '2015' or '2025'
+                       countries: int | None, # the number of countries sampled (None: all of them)
+                       seed: int, split: str, # the sample's seed and the task's split
+                       sections: set, # the sections kept (`keep_sections`; empty: whole documents)
+                       max_len: int, amp: str = 'none', # the block length and the encoding precision
+                      ) -> str:
+    "The cache name of a temporal datastore (stopwords removed): edition, country sample, sections, blocks, precision."
+    return (f"factbook{year}-{'all' if countries is None else countries}c-s{seed}{'' if split == 'test' else '-' + split}-"
+            f"{'+'.join(sorted(sections)).replace(' ', '_') or 'whole'}-L{max_len}-nostop"
+            + ('' if amp == 'none' else f'-{amp}'))
+
+# %% ../../nbs/20_reference.ipynb #4c5dd063
 def temporal_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER_SCORING,),
                      n_countries: int = 6, # countries of the split, seeded (0: all)
                      sections: str = 'Introduction,Government', # Factbook sections kept in each document
@@ -386,8 +429,7 @@ def temporal_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER
     task = task[task.gec.isin(countries) & ~task.changed].reset_index(drop=True)
     docs = (fb.select(sorted(gec[g] for g in countries)).select_columns(['id', 'title', 'text', 'source'])
               .map(lambda r: {'text': keep_sections(r['text'], keep_s)}))
-    sel = (f"factbook2025-{len(countries) if n_countries else 'all'}c-s{seed}{'' if split == 'test' else '-' + split}-"
-           f"{'+'.join(sorted(keep_s)).replace(' ', '_') or 'whole'}-L{max_len}-nostop" + ('' if encode_amp == 'none' else f'-{encode_amp}'))
+    sel = temporal_selection('2025', len(countries) if n_countries else None, seed, split, keep_s, max_len, encode_amp)
     path = data_dir('cache', 'datastores', profile, f'npm-{encoder_fingerprint(npm.encoder)[:8]}', sel)
     build = lambda p: Datastore.build(docs, npm.encoder, npm.tok, p, max_len=max_len, batch_size=batch_size, remove_stopwords=True,
                                       device=npm.device, source='factbook2025', progress=False, amp=encode_amp)
@@ -402,6 +444,7 @@ def setting_hits(answers: list, golds, settings) -> dict:
     "Per setting, each example's EM in % (0 or 100)."
     return {s: 100 * np.array([bool(a[s]) and exact_match(a[s], g) for a, g in zip(answers, golds)], dtype=float) for s in settings}
 
+# %% ../../nbs/20_reference.ipynb #05d0bffb
 def dev_evaluation(npm, # an `NPM`, or the path of a checkpoint (loaded in NPM mode)
                    profile: str, split: str = 'dev', settings=(PAPER_SCORING,), device: str | None = None,
                    per_bucket: int = 4, n_countries: int = 6, # examples: per open-set task and bucket; temporal countries
@@ -432,6 +475,7 @@ def stratum_weights(strata) -> dict:
     for t, b in strata: by_task.setdefault(t, set()).add(b)
     return {(t, b): 1 / (len(by_task) * len(bs)) for t, bs in by_task.items() for b in sorted(bs)}
 
+# %% ../../nbs/20_reference.ipynb #c59afcc2
 def criterion(hits, # per example: its EM in %
               strata, # per example: its (task, bucket)
              ) -> tuple:
@@ -446,6 +490,7 @@ def criterion(hits, # per example: its EM in %
         m += w * xg.mean(); v += w ** 2 * (xg.var(ddof=1) / len(xg) if len(xg) > 1 else 0.0)
     return float(m), float(np.sqrt(v))
 
+# %% ../../nbs/20_reference.ipynb #73e5b390
 def paired_difference(hits, base, strata) -> tuple:
     "`(criterion(hits) - criterion(base), its SE)` over the same examples, paired example by example."
     return criterion(np.asarray(hits, dtype=float) - np.asarray(base, dtype=float), strata)
@@ -473,6 +518,7 @@ def training_fields(cfg) -> dict:
     if isinstance(d.get('model'), str) and Path(d['model']).is_dir(): d['model'] = str(Path(d['model']).resolve())
     return d
 
+# %% ../../nbs/20_reference.ipynb #1533f4f0
 def finished_run(cfg, # the recipe's TrainConfig
                  places, # run folders or glob patterns of run folders (each may hold `final/`)
                 ) -> Path | None:
@@ -485,6 +531,7 @@ def finished_run(cfg, # the recipe's TrainConfig
                 return Path(out)/'final'
     return None
 
+# %% ../../nbs/20_reference.ipynb #19368b36
 def training_minutes(out_dir,
                      at_quantile: float | None = None, # None: as logged; q: every interval at the q-quantile of the logged speeds
                     ) -> float:
@@ -523,3 +570,71 @@ def choose_recipe(hits: dict, # recipe -> per-example hits (%), all on the same 
     t['within 1 SE of best'] = -t['vs best (paired)'] <= t['± SE vs best']
     cheaper = t[t['within budget'] & t['within 1 SE of best'] & (t.minutes < t.minutes[best])]
     return (cheaper.minutes.idxmin() if len(cheaper) else best), t
+
+# %% ../../nbs/20_reference.ipynb #fc5bd96c
+import ast, time, contextlib, torch
+from ..core import project_root
+from ..data.tasks import get_task, subsample_indices
+from ..npm.evaluation import task_rows
+
+# %% ../../nbs/20_reference.ipynb #7f90822e
+def trained_steps(profile: str, objective: str) -> int | None:
+    "The steps the final `objective` model of `profile` was trained for (its `train_config.json`), or None."
+    try: return json.loads((trained_path(profile, objective)/'train_config.json').read_text()).get('steps')
+    except Exception: return None
+
+# %% ../../nbs/20_reference.ipynb #2bc3ed90
+def checkpoint_steps(ckpt: Path) -> tuple:
+    "`(own steps, total steps)` of a checkpoint: its step, and that plus the steps of the checkpoint it started from."
+    def step(path, cfg):
+        m = re.search(r'checkpoint-(\d+)$', str(path))
+        return int(m.group(1)) if m else cfg.get('steps')
+    root, cfg = project_root(), read_json(ckpt/'train_config.json')
+    own, init = step(ckpt, cfg), Path(str(cfg.get('model', '')))
+    if not init.is_absolute() and not (root/init/'config.json').exists() and 'checkpoint' not in str(init):
+        return own, own  # a model alias (minilm): no steps before
+    init = init if init.is_absolute() else root/init
+    before = step(init, read_json(init/'train_config.json') if (init/'train_config.json').exists() else {})
+    return own, (own + before) if before is not None else np.nan
+
+# %% ../../nbs/20_reference.ipynb #edaf8187
+def elapsed(t0: float, # `time.perf_counter()` at the start
+            c0: float, # `time.process_time()` at the start
+           ) -> tuple:
+    "`(wall seconds, CPU seconds)` since the start, to 0.1 s."
+    return round(time.perf_counter() - t0, 1), round(time.process_time() - c0, 1)
+
+# %% ../../nbs/20_reference.ipynb #6accc8ed
+def bf16_autocast(amp: str, # 'bf16', or anything else for none
+                  device: str): # 'cpu', 'cuda', 'cuda:1' ...
+    "bf16 autocast on `device` for `amp='bf16'`, else a context that does nothing."
+    return torch.autocast(device.split(':')[0], dtype=torch.bfloat16) if amp == 'bf16' else contextlib.nullcontext()
+
+# %% ../../nbs/20_reference.ipynb #8c11459c
+def closed_set_corpora(task: str, # a closed-set task
+                       topic_corpora: str, sentiment_corpora: str, # comma-separated corpus names
+                      ) -> list:
+    "The reference corpora of a closed-set task: the topic corpora for the topic template, else the review corpora."
+    return (topic_corpora if 'topic' in (get_task(task).template or '') else sentiment_corpora).split(',')
+
+# %% ../../nbs/20_reference.ipynb #cf2a3291
+def closed_set_rows(task: str, # a closed-set task
+                    store_examples: int | None, # the examples `04_closed_set` scores (its seeded subset; None: all)
+                    n_examples: int | None, # a seeded subset of those (None or 0: all of them)
+                    seed: int = 0) -> pd.DataFrame:
+    "04's examples of `task`, or a seeded `n_examples` of them, in their order."
+    df = task_rows(task, None, store_examples)[1]
+    if not n_examples or n_examples >= len(df): return df
+    return df.iloc[subsample_indices(len(df), n_examples, seed)].reset_index(drop=True)
+
+# %% ../../nbs/20_reference.ipynb #d616db10
+def profile_parameters(nb: str, # an experiment's name
+                       declared: dict, # its parameters (`batch.notebook_parameters`): name -> {'default': source ...}
+                       cfg: dict, # a merged profile (`batch.load_profile`)
+                       mine: dict | None = None, # our values, kept where `nb` declares them
+                      ) -> dict:
+    "Every parameter `nb` runs with in the profile `cfg`, then `mine`."
+    out = {k: ast.literal_eval(v['default']) for k, v in declared.items()}
+    out.update({k: v for k, v in cfg['params'].items() if k in declared})
+    out.update(cfg['notebooks'].get(nb, {}).get('params') or {})
+    return {**out, **{k: v for k, v in (mine or {}).items() if k in declared}}
