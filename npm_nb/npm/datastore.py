@@ -15,6 +15,7 @@ from ..core import (atomic_write_json, read_json, reserve_space, file_checksum, 
                          hold_lock, LockedError, disk_errors, _no_room, _NO_ROOM)
 from ..models import encoder_fingerprint, hidden_size, check_tokenizer, check_pair, check_max_len
 from ..data.blocks import build_blocks, block_phrase, is_punctuation
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['STOPWORDS', 'DOCUMENT_SUFFIXES', 'SNIFF_BYTES', 'FORMAT_VERSION', 'MANIFEST_KEYS', 'RACY_SECONDS', 'TOKEN_COLUMNS',
@@ -29,6 +30,7 @@ def check_count(name: str, value, lo: int = 1):
         raise ValueError(f"{name}={value!r}: must be a whole number >= {lo}")
     return int(value)
 
+# %% ../../nbs/10_datastore.ipynb #1d6c9a48
 def encode_blocks(model, # an encoder whose output has `last_hidden_state` (e.g. `load_encoder(...)`)
                   tok, # its tokenizer (for the pad id)
                   blocks, # block rows with `input_ids` (a `datasets.Dataset` or a list of dicts)
@@ -114,29 +116,7 @@ def tokenizer_fingerprint(tok) -> str:
     except TypeError: pass
     return fp
 
-def _doc_table(docs, start: int = 0) -> Dataset:
-    "Documents as a `Dataset` with string columns `text`, `id`, `title` (defaults: running number, empty title)."
-    docs = _as_columns(docs)
-    cols = docs.column_names if hasattr(docs, 'column_names') else list(docs)
-    if 'text' not in cols: raise ValueError(f"documents need a 'text' column; got {cols}")
-    texts = [t or '' for t in docs['text']]; n = len(texts)
-    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
-    if bad is not None:
-        raise ValueError(f"documents' 'text' must be strings; row {bad} is {type(texts[bad]).__name__} ({texts[bad]!r:.40}): "
-                         "convert the column first (e.g. [str(x) for x in texts])")
-    ids = [str(x) for x in docs['id']] if 'id' in cols else [str(start + i) for i in range(n)]
-    titles = [str(x or '') for x in docs['title']] if 'title' in cols else [''] * n
-    for name, col in (('id', ids), ('title', titles)):
-        if len(col) != n: raise ValueError(f"documents: column {name!r} has {len(col)} values but 'text' has {n}; give every document one")
-    for name, col in (('text', texts), ('id', ids), ('title', titles)):
-        for i, s in enumerate(col):
-            try: s.encode('utf-8')
-            except UnicodeEncodeError as e:
-                raise ValueError(f"document {ids[i]!r} (row {i}): its {name} holds {s[e.start:e.end]!r} at character "
-                                 f"{e.start}, a lone surrogate that is not valid Unicode text (usually bytes decoded with "
-                                 "errors='surrogateescape'); read the file with errors='replace' or fix its encoding") from None
-    return Dataset.from_dict({'text': texts, 'id': ids, 'title': titles})
-
+# %% ../../nbs/10_datastore.ipynb #1e4aa5b0
 def _is_path(s: str) -> bool:
     "True when the string `s` names an existing file or folder."
     try: return '\n' not in s and len(s) < 4096 and Path(s).exists()
@@ -171,6 +151,31 @@ def _as_columns(docs):
     kinds = sorted({type(r).__name__ for r in rows})
     raise ValueError(f"documents given as a list (or iterable) must all be strings or all dicts with 'text'; got {kinds}")
 
+# %% ../../nbs/10_datastore.ipynb #cf38511c
+def _doc_table(docs, start: int = 0) -> Dataset:
+    "Documents as a `Dataset` with string columns `text`, `id`, `title` (defaults: running number, empty title)."
+    docs = _as_columns(docs)
+    cols = docs.column_names if hasattr(docs, 'column_names') else list(docs)
+    if 'text' not in cols: raise ValueError(f"documents need a 'text' column; got {cols}")
+    texts = [t or '' for t in docs['text']]; n = len(texts)
+    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise ValueError(f"documents' 'text' must be strings; row {bad} is {type(texts[bad]).__name__} ({texts[bad]!r:.40}): "
+                         "convert the column first (e.g. [str(x) for x in texts])")
+    ids = [str(x) for x in docs['id']] if 'id' in cols else [str(start + i) for i in range(n)]
+    titles = [str(x or '') for x in docs['title']] if 'title' in cols else [''] * n
+    for name, col in (('id', ids), ('title', titles)):
+        if len(col) != n: raise ValueError(f"documents: column {name!r} has {len(col)} values but 'text' has {n}; give every document one")
+    for name, col in (('text', texts), ('id', ids), ('title', titles)):
+        for i, s in enumerate(col):
+            try: s.encode('utf-8')
+            except UnicodeEncodeError as e:
+                raise ValueError(f"document {ids[i]!r} (row {i}): its {name} holds {s[e.start:e.end]!r} at character "
+                                 f"{e.start}, a lone surrogate that is not valid Unicode text (usually bytes decoded with "
+                                 "errors='surrogateescape'); read the file with errors='replace' or fix its encoding") from None
+    return Dataset.from_dict({'text': texts, 'id': ids, 'title': titles})
+
+# %% ../../nbs/10_datastore.ipynb #ba8f2fd7
 def corpus_fingerprint(docs) -> str:
     "A short sha256 of the documents (id, title and text of each, in order)."
     d = docs if isinstance(docs, Dataset) and docs.column_names == ['text', 'id', 'title'] else _doc_table(docs)
@@ -196,6 +201,7 @@ def _decode(raw: bytes, f: Path, encoding: str) -> str:
                             f"{f.stem}-utf8{f.suffix}), read every file as its encoding (encoding='latin-1'; npm-nb "
                             "--encoding latin-1), or leave it out (skip_bad=True; npm-nb --skip-bad)") from None
 
+# %% ../../nbs/10_datastore.ipynb #c7953e64
 def _inner_name(f: Path) -> str:
     "The name a file is read by: `notes.txt.gz` is read as `notes.txt`, decompressed."
     return f.name[:-3] if f.name.lower().endswith('.gz') and len(f.name) > 3 else f.name
@@ -210,12 +216,14 @@ def _read_bytes(f: Path, limit: int = -1) -> bytes:
             raise DocumentError(f"{f}: not a readable gzip file ({e}); check it (gzip -t {f.name}), decompress it "
                                 "yourself, or leave it out (skip_bad=True; npm-nb --skip-bad)") from None
 
+# %% ../../nbs/10_datastore.ipynb #943b8250
 def _sniff(head: bytes, encoding: str) -> str:
     "What the first bytes of a file are: 'text' (no NUL byte, valid in `encoding`; a character cut at the end is fine), 'binary' (a NUL), or 'other text' (not valid in `encoding`)."
     if b'\0' in head: return 'binary'
     try: codecs.getincrementaldecoder(encoding)().decode(head, final=False); return 'text'
     except UnicodeDecodeError: return 'other text'
 
+# %% ../../nbs/10_datastore.ipynb #d17f2bba
 def _records(f: Path, encoding: str) -> tuple[str, list]:
     "`(what a record is called, [(number, record)])` of a document file: records are dicts or strings."
     name = _inner_name(f); suf = Path(name).suffix.lower()
@@ -261,6 +269,7 @@ def _file_documents(f: Path, name: str, encoding: str) -> list[tuple[str, str, s
         out.append((i, title if kind == 'file' else str(r.get('title') or ''), t))
     return out
 
+# %% ../../nbs/10_datastore.ipynb #1d682456
 def _folder_files(top: Path, links: list, problems: list):
     "`(file, path relative to top)` of the files under `top`, hidden ones left out; links are listed in `links` (not followed), sub-folders that cannot be read in `problems`."
     def cannot(e): problems.append(f"{e.filename}: a folder that cannot be read ({e.strerror}); make it readable (chmod) or move it out")
@@ -283,6 +292,7 @@ def _id_root(paths) -> Path | None:
     anchors = [os.path.abspath(p) if p.is_dir() else os.path.dirname(os.path.abspath(p)) for p in paths if p.exists()]
     return Path(os.path.commonpath(anchors)) if anchors else None
 
+# %% ../../nbs/10_datastore.ipynb #26dc329b
 def read_documents(paths, # a file or a folder (read recursively), or a list of them
                    encoding: str = 'utf-8', # of the text files (every type but Parquet, which is UTF-8)
                    skip_bad: bool = False, # leave out files that cannot be read (a warning each) instead of failing
@@ -346,6 +356,7 @@ def _save_dataset(ds: Dataset, path: Path):
     with _quiet_datasets(): ds.save_to_disk(str(tmp))
     shutil.rmtree(path, ignore_errors=True); os.replace(tmp, path)
 
+# %% ../../nbs/10_datastore.ipynb #7f0871b3
 def _rows_for(blocks, stop_ids, start_block: int = 0):
     "`vec_block`, `vec_pos` and per-block row counts of `blocks` (block numbers offset by `start_block`)."
     vb, vp, counts = [], [], []
@@ -378,6 +389,7 @@ def _pending_dir(path: Path) -> Path:
                          f"delete it (rm {pend}) and run again")
     return pend
 
+# %% ../../nbs/10_datastore.ipynb #ec7bb33c
 @contextlib.contextmanager
 def _room(path):
     "`disk_errors(path)` for a block of writes: a full disk or `ulimit -f` is named; an error already explained passes as it is."
@@ -391,6 +403,7 @@ def _vectors_file(path, m: dict) -> Path:
     "The vectors file of manifest `m`: `vectors.f16`, or the `vectors-{g}.f16` a `remove` wrote."
     return Path(path)/m.get('vectors', 'vectors.f16')
 
+# %% ../../nbs/10_datastore.ipynb #a8fa95c6
 def _read_manifest(path: Path) -> dict:
     "The manifest of the store at `path`, checked for the keys this version needs."
     m = read_json(path/'manifest.json', fix=f'the datastore cannot be used: {_rebuild(path)}')
@@ -410,6 +423,7 @@ def _unfinished(path: Path) -> ValueError:
     return ValueError(f"datastore {path} is {state}: call Datastore.build(docs, model, tok, {str(path)!r}) (or "
                       "model.build_datastore) again with the same documents to continue it, or delete the folder to start over")
 
+# %% ../../nbs/10_datastore.ipynb #33ad7457
 def _meta_present(path: Path, m: dict) -> Path:
     "The manifest's generation folder, or a clear error if any of its parts is missing."
     meta = path/f"meta-{m['generation']}"
@@ -434,6 +448,7 @@ def _read_meta(path: Path, m: dict):
                          f"documents, but {meta.name} holds {got[0]} rows, {got[3]} blocks, {got[4]} documents; {_rebuild(path)}")
     return vb, vp, bvs, blocks, docs
 
+# %% ../../nbs/10_datastore.ipynb #ed70150f
 class Datastore:
     "Token vectors of a reference corpus (fp16 memmap) with their blocks, documents and manifest."
     def __init__(self, path, model=None, tok=None, allow_unfinished: bool = False,
@@ -470,26 +485,33 @@ class Datastore:
         if name not in self._derived: self._derived[name] = make()
         return self._derived[name]
 
-    def __len__(self): return self.manifest['shape'][0]
-    def __repr__(self):
-        m = self.manifest
-        return (f"Datastore({str(self.path)!r}: {len(self):,} vectors x {self.hidden} fp16, {m['n_blocks']:,} blocks, "
-                f"{m['n_docs']:,} docs, encoder {m['encoder']}, corpus {m['corpus']})")
+# %% ../../nbs/10_datastore.ipynb #46203a05
+@patch
+def __len__(self: Datastore): return self.manifest['shape'][0]
 
-    @property
-    def fingerprint(self) -> dict:
-        "What an index or cache built on this store records, and checks before use (see `check_store_record`)."
-        return store_fingerprint(self)
+@patch
+def __repr__(self: Datastore):
+    m = self.manifest
+    return (f"Datastore({str(self.path)!r}: {len(self):,} vectors x {self.hidden} fp16, {m['n_blocks']:,} blocks, "
+            f"{m['n_docs']:,} docs, encoder {m['encoder']}, corpus {m['corpus']})")
 
-    @property
-    def texts(self):
-        "Document texts, indexed by a block's `doc_index`."
-        if self._texts is None: self._texts = list(self.docs['text']) if self.docs is not None else []
-        return self._texts
-    @property
-    def doc_ids(self): return list(self.docs['id']) if self.docs is not None else []
-    @property
-    def titles(self): return list(self.docs['title']) if self.docs is not None else []
+# %% ../../nbs/10_datastore.ipynb #166e3efe
+@patch(as_prop=True)
+def fingerprint(self: Datastore) -> dict:
+    "What an index or cache built on this store records, and checks before use (see `check_store_record`)."
+    return store_fingerprint(self)
+
+@patch(as_prop=True)
+def texts(self: Datastore):
+    "Document texts, indexed by a block's `doc_index`."
+    if self._texts is None: self._texts = list(self.docs['text']) if self.docs is not None else []
+    return self._texts
+
+@patch(as_prop=True)
+def doc_ids(self: Datastore): return list(self.docs['id']) if self.docs is not None else []
+
+@patch(as_prop=True)
+def titles(self: Datastore): return list(self.docs['title']) if self.docs is not None else []
 
 # %% ../../nbs/10_datastore.ipynb #8d801670
 def derived(ds, # a `Datastore` (which keeps the result), or a store-like object (which does not)
@@ -505,6 +527,7 @@ def store_fingerprint(ds) -> dict:
     return dict(encoder=m['encoder'], tokenizer=m['tokenizer'], corpus=m['corpus'], n_vectors=int(m['shape'][0]),
                 n_blocks=int(m['n_blocks']))
 
+# %% ../../nbs/10_datastore.ipynb #5383ca97
 def check_store_record(record: dict | None, # what an index / cache recorded of its store (None: nothing to check)
                        ds, # the store it is used with now
                        what: str, # "this index", "this BM25 index"
@@ -518,12 +541,15 @@ def check_store_record(record: dict | None, # what an index / cache recorded of 
         raise ValueError(f"{what} was built on another datastore than {getattr(ds, 'path', '?')} ({'; '.join(diff)}), "
                          f"so its rows or blocks would be read from the wrong store: {fix}")
 
+# %% ../../nbs/10_datastore.ipynb #1db36209
 def check_model(ds, encoder, tok=None):
     "Raise a clear error unless `ds` was built with `encoder` (and `tok`); cheap, the fingerprints are cached."
     m = getattr(ds, 'manifest', None)
     if m is not None: _check(m, encoder, tok, getattr(ds, 'path', ''))
 
 _VERIFIED_STORES: dict = {}  # store folder -> the stat of its files when their checksums last matched (this process)
+
+# %% ../../nbs/10_datastore.ipynb #d16e87df
 RACY_SECONDS = 2.0  # a file changed more recently than this is verified, but the verification is not remembered
 
 def _verify_key(path, m) -> tuple | None:
@@ -546,6 +572,7 @@ def _remember(path, m):
     if key is None or max(max(k[3], k[4]) for k in key) > time.time_ns() - RACY_SECONDS * 1e9: _VERIFIED_STORES.pop(where, None)
     else: _VERIFIED_STORES[where] = key
 
+# %% ../../nbs/10_datastore.ipynb #577ccb3f
 def verify_store(path, m: dict | None = None) -> bool:
     "Check the store's vector rows and metadata files against the manifest's checksums; False if it has none."
     path = Path(path); m = m or _read_manifest(path)
@@ -573,11 +600,12 @@ def verify_store(path, m: dict | None = None) -> bool:
     _remember(path, m)
     return True
 
-def _verify(self):
+# %% ../../nbs/10_datastore.ipynb #093f8f70
+@patch
+def verify(self: Datastore):
     "Verify this store's checksums now (see `verify_store`); returns `self`."
-    verify_store(self.path, self.manifest); return self
-
-Datastore.verify = _verify
+    verify_store(self.path, self.manifest)
+    return self
 
 # %% ../../nbs/10_datastore.ipynb #364725c6
 def _check(m: dict, model=None, tok=None, path=''):
@@ -591,8 +619,9 @@ def _check(m: dict, model=None, tok=None, path=''):
                          f"({m['tokenizer']}) but this one is {tok.name_or_path!r} ({ft}); load the tokenizer saved "
                          "with the model, or rebuild the datastore with this one (new path).")
 
-@classmethod
-def _create(cls, path, model, tok, max_len=256, remove_stopwords=False, source='corpus', amp=None, verify=None):
+# %% ../../nbs/10_datastore.ipynb #60c2728e
+@patch(cls_method=True)
+def _create(cls: Datastore, path, model, tok, max_len=256, remove_stopwords=False, source='corpus', amp=None, verify=None):
     "Create an empty datastore at `path` (or open the one there after checking it matches)."
     path = Path(path)
     if (path/'manifest.json').exists():
@@ -612,10 +641,11 @@ def _create(cls, path, model, tok, max_len=256, remove_stopwords=False, source='
         corpus=None, parts=[], n_docs=0, n_blocks=0, generation=0, created=time.strftime('%Y-%m-%d %H:%M:%S')))
     return cls(path, model, tok, allow_unfinished=True)
 
+# %% ../../nbs/10_datastore.ipynb #4561b4f6
 def _verify_default() -> bool: return os.environ.get('NPM_NB_VERIFY', '1').lower() not in ('0', 'false', 'no')
 
-@classmethod
-def _load(cls, path, # a datastore folder
+@patch(cls_method=True)
+def load(cls: Datastore, path, # a datastore folder
          model=None, tok=None, # when given: checked against the manifest (and kept, so `add` can encode)
          verify: bool | None = None, # check the checksums: None = unless this process verified its files as they are
                                      # now (and $NPM_NB_VERIFY is not 0), True = always, False = never (faster)
@@ -630,8 +660,6 @@ def _load(cls, path, # a datastore folder
     if not m['parts']: raise _unfinished(path)
     _check(m, model, tok, path)
     return cls(path, model, tok, verify=verify)  # the checksums are verified on opening
-
-Datastore._create, Datastore.load = _create, _load
 
 # %% ../../nbs/10_datastore.ipynb #823d6964
 def _prepare(self, new_docs, source, input_fp=None):
@@ -667,6 +695,7 @@ def _prepare(self, new_docs, source, input_fp=None):
     atomic_write_json(pend/'stage.json', st)  # written last: a stage without it is redone from scratch
     return st
 
+# %% ../../nbs/10_datastore.ipynb #b74e05d5
 def _encode_pending(self, batch_size, device, progress):
     "Encode the pending blocks not yet done into `pending/vectors.tmp`, recording progress after every batch."
     pend = self.path/'pending'
@@ -711,6 +740,7 @@ def _commit(self, st):
     _remember(self.path, m)  # hashed just now
     self._open(verify=False)  # our own bytes, hashed just now; a later open checks them (RACY_SECONDS)
 
+# %% ../../nbs/10_datastore.ipynb #628d40e5
 def _finish_commit(path: Path):
     "Carry out the commit decided in `pending/commit.json`: vectors, manifest, clean-up. Every step may be repeated."
     pend = path/'pending'
@@ -742,6 +772,7 @@ def _finish_commit(path: Path):
         if old.name != vec.name: old.unlink(missing_ok=True)
     shutil.rmtree(done, ignore_errors=True)
 
+# %% ../../nbs/10_datastore.ipynb #6573c4af
 def _recover(path: Path):
     "Finish a commit that was decided but interrupted (a crash, a kill), and remove what finished commits left."
     path = Path(path)
@@ -761,6 +792,7 @@ def _same_file(a: str, b: str) -> bool:
     "Whether ids `a` and `b` name one file seen from two folders (`README.txt` and `a/README.txt`): one ends with the other."
     return a != b and (a.endswith('/' + b) or b.endswith('/' + a))
 
+# %% ../../nbs/10_datastore.ipynb #bab06864
 def _new_documents(self, docs):
     "`(documents not yet in the store or None, fingerprint of docs)`: an `add` repeated after it finished adds nothing."
     table = _doc_table(docs); fp = corpus_fingerprint(table)  # as given (running ids from 0 when there is no id)
@@ -792,7 +824,8 @@ def _new_documents(self, docs):
     return (table.select(keep) if same or moved else docs), fp
 
 # %% ../../nbs/10_datastore.ipynb #beb3e255
-def _add(self, new_docs, # documents to append: a table with `text` (+ optional `id`, `title`)
+@patch
+def add(self: Datastore, new_docs, # documents to append: a table with `text` (+ optional `id`, `title`)
         batch_size: int = 32, device: str | None = None, progress: bool = True,
         source: str | None = None, # block source name (default: the store's)
        ) -> Datastore:
@@ -815,8 +848,9 @@ def _add(self, new_docs, # documents to append: a table with `text` (+ optional 
         _commit(self, st)
     return self
 
-@classmethod
-def _build(cls, docs, # documents: a table with `text` (+ optional `id`, `title`)
+# %% ../../nbs/10_datastore.ipynb #424a78e6
+@patch(cls_method=True)
+def build(cls: Datastore, docs, # documents: a table with `text` (+ optional `id`, `title`)
           model, tok, # the encoder (its last hidden layer is stored) and its tokenizer
           path, # the datastore folder (created; an unfinished build there is continued)
           max_len: int = 256, # tokens per block (as in training)
@@ -842,25 +876,24 @@ def _build(cls, docs, # documents: a table with `text` (+ optional `id`, `title`
             return ds  # verified on opening
         return ds.add(docs, batch_size=batch_size, device=device, progress=progress)
 
-Datastore.add, Datastore.build = _add, _build
-
 # %% ../../nbs/10_datastore.ipynb #1a9cb2de
-def _row_of(self, block: int, pos: int) -> int:
+@patch
+def row_of(self: Datastore, block: int, pos: int) -> int:
     "The vector row of token `pos` of `block`, or -1 when that token is not stored."
     s, e = self.block_vec_start[block], self.block_vec_start[block + 1]
     k = s + np.searchsorted(self.vec_pos[s:e], pos)
     return int(k) if k < e and self.vec_pos[k] == pos else -1
 
-def _block_vectors(self, block: int):
+@patch
+def block_vectors(self: Datastore, block: int):
     "`(rows, positions)` of all stored vectors of `block`; the vectors are `self.vectors[rows]`."
     s, e = int(self.block_vec_start[block]), int(self.block_vec_start[block + 1])
     return np.arange(s, e, dtype=np.int64), self.vec_pos[s:e].astype(np.int64)
 
-def _phrase(self, block: int, i: int, j: int) -> str:
+@patch
+def phrase(self: Datastore, block: int, i: int, j: int) -> str:
     "The document text of tokens `i..j` (inclusive) of `block`."
     return block_phrase(self.blocks[int(block)], self.texts, i, j)
-
-Datastore.row_of, Datastore.block_vectors, Datastore.phrase = _row_of, _block_vectors, _phrase
 
 # %% ../../nbs/10_datastore.ipynb #6a43b9b8
 TOKEN_COLUMNS = ('input_ids', 'doc_index', 'char_start', 'char_end', 'valid_start', 'valid_end')
@@ -889,6 +922,7 @@ def _removal_plan(self, gone: np.ndarray):
         b0 += len(batch)
     return new_doc, kept, touched
 
+# %% ../../nbs/10_datastore.ipynb #b54f712d
 def _kept_rows(self, touched: dict):
     "`(vec_block, vec_pos, block_vec_start, copies, encodes)` after removal: `copies` [(old r0, old r1, new r0)], `encodes` [(block, positions, new r0)]."
     counts = np.diff(self.block_vec_start); nc, vp, copies, encodes, prev, row = [], [], [], [], 0, 0
@@ -904,6 +938,7 @@ def _kept_rows(self, touched: dict):
     return (np.repeat(np.arange(len(nc), dtype=np.int32), nc), np.concatenate(vp).astype(np.int16),
             np.concatenate([[0], np.cumsum(nc)]).astype(np.int64), copies, encodes)
 
+# %% ../../nbs/10_datastore.ipynb #cc3e754b
 def _kept_blocks(self, touched: dict, new_doc: np.ndarray, out: Path):
     "Stream the blocks after removal (renumbered; stripped ones in place, dropped ones gone) into the Arrow file `out`."
     tbl, b0 = self.blocks.data.table, 0
@@ -933,6 +968,7 @@ def _kept_vectors(self, out: Path, n: int, copies, encodes, batch_size, device, 
     for (_, p, to), h in zip(encodes, hs): mm[to:to + len(p)] = h[p].astype(np.float16); bar.update()
     bar.close(); mm.flush(); del mm
 
+# %% ../../nbs/10_datastore.ipynb #37afeb41
 def _kept_parts(self, touched: dict, kept: np.ndarray, bvs: np.ndarray, docs, vec: Path) -> list:
     "The parts after removal: rows and counts shifted; corpus fingerprint and checksum recomputed where one changed."
     dropped = np.array(sorted(b for b, s in touched.items() if s is None), np.int64)
@@ -950,6 +986,7 @@ def _kept_parts(self, touched: dict, kept: np.ndarray, bvs: np.ndarray, docs, ve
         B, D, nb_new = B + p['n_blocks'], D + p['n_docs'], nb_new + nb
     return out
 
+# %% ../../nbs/10_datastore.ipynb #188f64dd
 def _corpus_chain(parts) -> str:
     "The store's corpus fingerprint from its parts' (as `add` chains them)."
     c = parts[0]['corpus']
@@ -957,7 +994,8 @@ def _corpus_chain(parts) -> str:
     return c
 
 # %% ../../nbs/10_datastore.ipynb #0294a818
-def _remove(self, ids, # document ids to remove (see `ds.doc_ids`): one, or a list
+@patch
+def remove(self: Datastore, ids, # document ids to remove (see `ds.doc_ids`): one, or a list
             batch_size: int = 32, device: str | None = None, progress: bool = True,
             missing_ok: bool = False, # ignore ids the store lacks (default: an error naming them; nothing removed)
            ) -> Datastore:
@@ -1001,5 +1039,3 @@ def _remove(self, ids, # document ids to remove (see `ds.doc_ids`): one, or a li
         _finish_commit(self.path)
         _remember(self.path, m); self._open(verify=False)  # hashed just now
     return self
-
-Datastore.remove = _remove
