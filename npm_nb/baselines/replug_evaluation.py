@@ -21,7 +21,10 @@ def prefix(query: str, # a query with one [MASK]
     if query.count(MASK) != 1:
         raise ValueError(f"the query must contain exactly one {MASK}, found {query.count(MASK)}: {query[:80]!r}")
     p = query.split(MASK)[0].rstrip()
-    if not p: raise ValueError(f"nothing before the mask in {query[:80]!r}: a left-to-right LM needs a prompt before the blank")
+    if not p:
+        raise ValueError(
+            f"nothing before the mask in {query[:80]!r}: a left-to-right LM needs a prompt before the blank"
+        )
     if max_words and len(p.split()) > max_words: p = ' '.join(p.split()[-max_words:])
     return p
 
@@ -41,10 +44,12 @@ def eval_closed_set_replug(model: REPLUG, # `REPLUG(lm, retriever, index, k)`, o
     words = list(label_words or t.label_names)
     if len(words) != len(t.label_names): raise ValueError(f"{len(words)} label words for {len(t.label_names)} labels")
     prompts = [prefix(make_query(t, r['text'], MASK, r.get('text_b')), max_words) for r in df.to_dict('records')]
-    t0 = time.perf_counter(); lp = []
+    t0 = time.perf_counter()
+    lp = []
     for _, ch in chunks(prompts, batch_size): lp.append(model.label_logprobs(ch, words))
     lp = np.concatenate(lp) if lp else np.zeros((0, len(words)))
-    probs = np.exp(lp - lp.max(1, keepdims=True)); probs /= probs.sum(1, keepdims=True)
+    probs = np.exp(lp - lp.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
     return closed_table(t, df, probs, _row_name(model), time.perf_counter() - t0, k=model.k, weighting=model.weighting,
                          label_words=words)
 
