@@ -19,7 +19,8 @@ from ..core import (atomic_write_json, atomic_path, load_state, rng_state, set_r
 from ..models import encoder_fingerprint, default_device, check_tokenizer
 from ..data.tasks import normalize_answer
 from ..npm.datastore import STOPWORDS
-from ..npm.training import checkpoint_dir, BatchStream, list_checkpoints, prune_checkpoints, link_final, drop_final
+from ..npm.training import (checkpoint_dir, BatchStream, link_final, run_checkpoints, restore_or_seed,
+                               CheckpointManager)
 from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents, doc_input_ids,
                                     join_bert, mips, reader_scores, retrieval_utility, marginal_log_likelihood,
                                     retrieval_weights)
@@ -28,7 +29,7 @@ from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents
 __all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFRESH_MODES', 'spacy_tagger', 'has_spacy',
            'regex_spans', 'salient_spans', 'sentences', 'realm_examples', 'IndexRefresher', 'RealmConfig',
            'same_model_source', 'data_fingerprint', 'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval',
-           'train_realm', 'read_jsonl', 'plot_staleness']
+           'IndexInUse', 'realm_step', 'train_realm', 'read_jsonl', 'plot_staleness']
 
 # %% ../../nbs/19_realm_pretraining.ipynb #8b83eca2
 SPACY_LABELS = ('PERSON', 'NORP', 'FAC', 'ORG', 'GPE', 'LOC', 'PRODUCT', 'EVENT', 'WORK_OF_ART', 'LAW', 'LANGUAGE', 'DATE')
@@ -386,10 +387,7 @@ def _realm_start(cfg: RealmConfig, model: REALM, doc_ids: list, fp: str, # the e
                  resume: bool, out: Path, device) -> tuple:
     "`(model, state, index, checkpoints, pending snapshot, finished)`: resume from the newest checkpoint in `out`, or start."
     metrics, evals = out/'metrics.jsonl', out/'heldout.jsonl'
-    if not resume:
-        for p in list_checkpoints(out): shutil.rmtree(p)
-        drop_final(out)  # a published folder, or an old-style link
-    cks = list_checkpoints(out) if resume else []
+    cks = run_checkpoints(out, resume)
     state = {'step': 0, 'cursor': 0, 'index_step': 0, 'due': False, 'data_fingerprint': fp,
              'init_fingerprint': encoder_fingerprint(model)[:16], 'refreshes': 0, 'wait_s': 0.0}
     pending = None
@@ -423,7 +421,67 @@ def _step_row(o: dict, ex: list, loss, gnorm: float, lr: float, state: dict, age
                        ru_top1=(o['log_p_y'][:, 0] - o['log_p_y'][:, -1]).mean().item())
     return row
 
-# %% ../../nbs/19_realm_pretraining.ipynb #78b3b8d9
+# %% ../../nbs/19_realm_pretraining.ipynb #7733be3a
+class IndexInUse:
+    "The index REALM retrieves from, refreshed before each step as `cfg.refresh` says (the trainer state records its step)."
+    def __init__(self, vectors: np.ndarray, state: dict, # the index now, and the trainer state (`index_step`, `due`, ...)
+                 refresher: IndexRefresher | None, out: Path, cfg: RealmConfig):
+        self.vectors, self.state, self.refresher, self.out, self.cfg = vectors, state, refresher, Path(out), cfg
+
+    def swap(self, r: dict):
+        "Put the builder's finished index `r` in use and log it."
+        self.vectors = r['vectors']; self.state['index_step'] = r['step']; self.state['refreshes'] += 1
+        Path(r['snapshot']).unlink(missing_ok=True)
+        append_jsonl(self.out/'refresh.jsonl', {'step': self.state['step'], 'snapshot_step': r['step'], 'seconds': r['seconds'],
+                                                'cpu_seconds': r.get('cpu_seconds'), 'latency': r['latency'], 'time': time.time()})
+
+    def before_step(self, model: REALM, doc_ids: list) -> float:
+        "Swap or refresh as the mode says before the step `state['step']`; the seconds the trainer waited."
+        cfg, refresher, state, t, w0 = self.cfg, self.refresher, self.state, self.state['step'], 0.0
+        if refresher is not None and cfg.refresh == 'async' and refresher.busy:
+            r = refresher.poll()
+            if r: self.swap(r)
+        if t > 0 and t % cfg.refresh_every == 0:
+            if cfg.refresh == 'sync':
+                w = time.perf_counter(); self.vectors = _index_vectors(model, doc_ids, cfg); w0 = time.perf_counter() - w
+                state['index_step'] = t; state['refreshes'] += 1
+                append_jsonl(self.out/'refresh.jsonl', {'step': t, 'snapshot_step': t, 'seconds': w0, 'latency': w0, 'time': time.time()})
+            elif cfg.refresh == 'scheduled':
+                if refresher.busy:
+                    w = time.perf_counter(); self.swap(refresher.poll(block=True)); w0 = time.perf_counter() - w
+                refresher.submit(model.retriever, t)
+            elif cfg.refresh == 'async': state['due'] = True
+        if refresher is not None and cfg.refresh == 'async' and state['due'] and not refresher.busy:
+            refresher.submit(model.retriever, t); state['due'] = False
+        state['wait_s'] += w0
+        return w0
+
+# %% ../../nbs/19_realm_pretraining.ipynb #f11c80e9
+def _start_refresher(out: Path, model: REALM, doc_ids: list, cfg: RealmConfig, device,
+                     pending, # `(snapshot file, step)` the checkpoint's builder was embedding, or None
+                    ) -> IndexRefresher | None:
+    "The background index builder of `cfg.refresh` (None for `sync` and `none`), given the resumed run's pending snapshot."
+    if cfg.refresh not in ('async', 'scheduled'): return None
+    refresher = IndexRefresher(out/'refresh', model.retriever, doc_ids, model.tok.pad_token_id, cfg.refresh_threads,
+                               cfg.embed_batch_size, device)
+    if pending is not None:  # hand the builder the snapshot it had when the checkpoint was written
+        snap = out/'refresh'/f'snapshot-{pending[1]}.pt'
+        if not (snap.exists() and os.path.samefile(pending[0], snap)): shutil.copy(pending[0], snap)
+        try: refresher.submit(None, pending[1], snap)
+        except Exception: refresher.close(); raise
+    return refresher
+
+def realm_step(model: REALM, ex: list, # the batch's examples
+               doc_ids: list, bodies: list, index: np.ndarray, opt, sched, cfg: RealmConfig) -> tuple:
+    "One gradient step on −log p(y|x) of `ex`, retrieving from `index`; `(model outputs, loss, gradient norm)`."
+    o = model(RealmBatch.from_examples(ex), doc_ids, bodies, index, cfg.k, [e['exclude'] for e in ex], cfg.null_doc)
+    loss = -o['log_p'].mean()
+    opt.zero_grad(set_to_none=True); loss.backward()
+    gnorm = float(nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.clip))
+    opt.step(); sched.step()
+    return o, loss, gnorm
+
+# %% ../../nbs/19_realm_pretraining.ipynb #2c1d02c2
 def train_realm(cfg: RealmConfig,
                 examples: list, # training examples (`realm_examples`)
                 chunks: dict, # the knowledge corpus (`chunk_documents`) the examples were cut from
@@ -432,7 +490,9 @@ def train_realm(cfg: RealmConfig,
                 index: np.ndarray | None = None, # the initial index (Embed_doc of `chunks` by the init retriever; default: embed)
                 resume: bool = True,
                 stop_after: int | None = None, # end after this step as if interrupted (writes a checkpoint)
-                progress: bool = True) -> Path:
+                progress: bool = True,
+                deadline: float | None = None, # Unix time: checkpoint and raise `TrainingDeadline` once passed (default: $NPM_NB_DEADLINE)
+               ) -> Path:
     "Pre-train REALM for `cfg.steps` steps with the index refreshed as `cfg.refresh` says; return the final checkpoint."
     if len(examples) < cfg.batch_size: raise ValueError(f"{len(examples)} examples for batch_size={cfg.batch_size}")
     if cfg.train_threads: torch.set_num_threads(cfg.train_threads)
@@ -440,86 +500,50 @@ def train_realm(cfg: RealmConfig,
     out = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, 'realm')
     metrics, evals = out/'metrics.jsonl', out/'heldout.jsonl'
     model = model if model is not None else REALM.from_parts(cfg.retriever, cfg.reader, device=device, shared=cfg.shared)
-    tok, doc_ids, bodies = model.tok, doc_input_ids(model.tok, chunks), chunks['input_ids']
+    doc_ids, bodies = doc_input_ids(model.tok, chunks), chunks['input_ids']
     fp = data_fingerprint(examples, doc_ids)
     model, state, index, cks, pending, finished = _realm_start(cfg, model, doc_ids, fp, index, resume, out, device)
     if finished: return link_final(out, cks[-1])  # finished: `final` may be missing after a crash
+    run = CheckpointManager(out, cfg.steps, cfg.save_every, cfg.keep_last, stop_after, deadline, name='realm')
     model.to(device).train()
     opt, sched = _optimizer(model, cfg)
-    if cks:
-        opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler']); set_rng_state(state['rng'])
-    else: random.seed(cfg.seed); np.random.seed(cfg.seed); torch.manual_seed(cfg.seed)
+    restore_or_seed(state if cks else None, cfg.seed, opt, sched)
     stream = BatchStream([list(range(a, a + cfg.batch_size)) for a in range(0, len(examples) - cfg.batch_size + 1, cfg.batch_size)], cfg.seed)
-    refresher = None
-    if cfg.refresh in ('async', 'scheduled'):
-        refresher = IndexRefresher(out/'refresh', model.retriever, doc_ids, tok.pad_token_id, cfg.refresh_threads,
-                                   cfg.embed_batch_size, device)
-        if pending is not None:  # hand the builder the snapshot it had when the checkpoint was written
-            snap = out/'refresh'/f'snapshot-{pending[1]}.pt'
-            if not (snap.exists() and os.path.samefile(pending[0], snap)): shutil.copy(pending[0], snap)
-            try: refresher.submit(None, pending[1], snap)
-            except Exception: refresher.close(); raise
-
-    def swap(r):
-        nonlocal index
-        index = r['vectors']; state['index_step'] = r['step']; state['refreshes'] += 1
-        Path(r['snapshot']).unlink(missing_ok=True)
-        append_jsonl(out/'refresh.jsonl', {'step': state['step'], 'snapshot_step': r['step'], 'seconds': r['seconds'],
-                                           'cpu_seconds': r.get('cpu_seconds'), 'latency': r['latency'], 'time': time.time()})
+    refresher = _start_refresher(out, model, doc_ids, cfg, device, pending)
+    iu = IndexInUse(index, state, refresher, out, cfg)
 
     def evaluate():
         if heldout:
-            r = heldout_eval(model, heldout, index, doc_ids, bodies, cfg.k, cfg.null_doc)
+            r = heldout_eval(model, heldout, iu.vectors, doc_ids, bodies, cfg.k, cfg.null_doc)
             append_jsonl(evals, {'step': state['step'], 'index_age': state['step'] - state['index_step'], **r})
             model.train()
+
+    def save():
+        state['pending_step'] = refresher.pending['step'] if refresher is not None and refresher.busy else None
+        return save_realm_checkpoint(out, model, cfg, state, iu.vectors, opt, sched,
+                                     refresher.pending['snapshot'] if state['pending_step'] is not None else None)
 
     out.mkdir(parents=True, exist_ok=True)
     if state['step'] == 0: evaluate()
     bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress, desc=f'realm[{cfg.refresh}/{cfg.refresh_every}]')
-    last = None
     try:
         while state['step'] < cfg.steps:
-            t, t0, c0, w0 = state['step'], time.perf_counter(), time.process_time(), 0.0
-            if refresher is not None and cfg.refresh == 'async' and refresher.busy:
-                r = refresher.poll()
-                if r: swap(r)
-            if t > 0 and t % cfg.refresh_every == 0:
-                if cfg.refresh == 'sync':
-                    w = time.perf_counter(); index = _index_vectors(model, doc_ids, cfg); w0 = time.perf_counter() - w
-                    state['index_step'] = t; state['refreshes'] += 1
-                    append_jsonl(out/'refresh.jsonl', {'step': t, 'snapshot_step': t, 'seconds': w0, 'latency': w0, 'time': time.time()})
-                elif cfg.refresh == 'scheduled':
-                    if refresher.busy:
-                        w = time.perf_counter(); swap(refresher.poll(block=True)); w0 = time.perf_counter() - w
-                    refresher.submit(model.retriever, t)
-                elif cfg.refresh == 'async': state['due'] = True
-            if refresher is not None and cfg.refresh == 'async' and state['due'] and not refresher.busy:
-                refresher.submit(model.retriever, t); state['due'] = False
-            state['wait_s'] += w0
+            t, t0, c0 = state['step'], time.perf_counter(), time.process_time()
+            w0 = iu.before_step(model, doc_ids)
             ex = [examples[i] for i in stream[state['cursor']]]; state['cursor'] += 1
-            o = model(RealmBatch.from_examples(ex), doc_ids, bodies, index, cfg.k, [e['exclude'] for e in ex], cfg.null_doc)
-            loss = -o['log_p'].mean()
-            opt.zero_grad(set_to_none=True); loss.backward()
-            gnorm = float(nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.clip))
-            opt.step(); sched.step(); state['step'] += 1; bar.update(1)
+            o, loss, gnorm = realm_step(model, ex, doc_ids, bodies, iu.vectors, opt, sched, cfg)
+            state['step'] += 1; bar.update(1)
             row = _step_row(o, ex, loss, gnorm, sched.get_last_lr()[0], state, t - state['index_step'], w0, t0, c0,
                             bool(refresher is not None and refresher.busy), cfg.null_doc)
             if state['step'] % cfg.log_every == 0 or state['step'] == cfg.steps: append_jsonl(metrics, row)
             bar.set_postfix(loss=f"{row['loss']:.2f}", age=row['index_age'])
             if cfg.eval_every and state['step'] % cfg.eval_every == 0 and state['step'] < cfg.steps: evaluate()
-            done = state['step'] == cfg.steps
-            if done or state['step'] % cfg.save_every == 0 or state['step'] == stop_after:
-                state['pending_step'] = refresher.pending['step'] if refresher is not None and refresher.busy else None
-                last = save_realm_checkpoint(out, model, cfg, state, index, opt, sched,
-                                             refresher.pending['snapshot'] if state['pending_step'] is not None else None)
-                if done: link_final(out, last)
-                prune_checkpoints(out, cfg.keep_last)
-            if state['step'] == stop_after: break
-        if state['step'] == cfg.steps: evaluate()
+            if run.step_done(state['step'], save): break
+        if state['step'] >= cfg.steps: evaluate()
     finally:
         bar.close()
         if refresher is not None: refresher.close()
-    return out/'final' if state['step'] == cfg.steps else (last or list_checkpoints(out)[-1])
+    return run.result(state['step'])
 
 # %% ../../nbs/19_realm_pretraining.ipynb #1324ceea
 def read_jsonl(path) -> list:

@@ -14,15 +14,15 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 from ..core import data_dir, atomic_write_json, atomic_write_bytes, load_state, rng_state, set_rng_state
 from ..models import load_encoder, load_tokenizer, encoder_fingerprint, default_device, offline_mode
-from ..npm.training import (save_checkpoint, list_checkpoints, prune_checkpoints, link_final, drop_final, check_resume,
-                                 BatchStream)
+from ..npm.training import (save_checkpoint, link_final, check_resume, BatchStream, run_checkpoints,
+                                 restore_or_seed, CheckpointManager)
 from ..npm.inference import exact_search
 from .lm import CausalLM
 
 # %% auto #0
 __all__ = ['WEIGHTINGS', 'passages', 'mean_pool', 'DenseRetriever', 'PassageIndex', 'doc_log_weights', 'ensemble_logprobs',
            'Retrieved', 'REPLUG', 'bits_per_byte', 'lsr_loss', 'LSRConfig', 'lsr_checkpoint_dir', 'lm_scores',
-           'train_lsr', 'lsr_state', 'lsr_distributions']
+           'lsr_step', 'train_lsr', 'lsr_state', 'lsr_distributions']
 
 # %% ../../nbs/16_replug.ipynb #eecaae81
 def passages(docs, # documents: a `datasets.Dataset` or list of dicts with `text` (and `id`, `title`)
@@ -330,7 +330,31 @@ def lm_scores(lm: CausalLM, queries: list, # (x, y) pairs
         for (q, r), lp in zip(todo, lps): cache[f'{q}:{r}'] = float(lp.mean() if lm_score == 'mean' else lp.sum())
     return torch.tensor([[cache[f'{q}:{int(r)}'] for r in rr] for q, rr in zip(qidx, rows)], dtype=torch.float32)
 
-# %% ../../nbs/16_replug.ipynb #5aa2e63c
+# %% ../../nbs/16_replug.ipynb #e009e473
+def lsr_step(retriever: DenseRetriever, lm: CausalLM, passages: list, queries: list,
+             qidx: list, # the query numbers of this step's batch
+             vectors: np.ndarray, # the datastore's vectors in use (possibly stale)
+             state: dict, # the trainer state (its LM-score cache is filled in place)
+             opt, sched, cfg: LSRConfig, template: str = '{doc}\n\n{x}') -> tuple:
+    "One LSR step: retrieve the top-k, score them with the LM, descend KL(Q ‖ P_R); `(loss, grad norm, top-1 agreement)`."
+    enc = retriever.encoder
+    index = PassageIndex(passages, vectors)
+    _, rows = index.search(retriever.embed([queries[q][0] for q in qidx]), cfg.k)
+    target = lm_scores(lm, queries, qidx, rows, passages, state['lm_cache'], cfg.lm_score, template)
+    enc.train()
+    qv = retriever.encode([queries[q][0] for q in qidx])                              # [B, h]
+    dv = retriever.encode([passages[int(r)]['text'] for r in rows.ravel()]).view(len(qidx), cfg.k, -1)
+    s = torch.einsum('bh,bkh->bk', qv, dv)                                             # cosines, with gradients
+    loss = lsr_loss(s, target.to(s.device), cfg.gamma, cfg.beta)
+    opt.zero_grad(set_to_none=True); loss.backward()
+    params = [p for p in enc.parameters() if p.requires_grad]
+    gnorm = float(torch.nn.utils.clip_grad_norm_(params, cfg.clip)); opt.step(); sched.step()
+    enc.eval()
+    with torch.no_grad():
+        agree = float((s.argmax(-1).cpu() == target.argmax(-1)).float().mean())
+    return loss, gnorm, agree
+
+# %% ../../nbs/16_replug.ipynb #cca95e1e
 def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to train (its encoder is updated in place)
               lm: CausalLM, # the frozen supervision LM
               passages: list, # the datastore's passages
@@ -339,6 +363,7 @@ def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to trai
               stop_after: int | None = None, # end after this step, as if interrupted (writes a checkpoint)
               progress: bool = True, template: str = '{doc}\n\n{x}',
               index: PassageIndex | None = None, # the datastore already embedded by these initial weights (saves one embedding)
+              deadline: float | None = None, # Unix time: checkpoint and raise `TrainingDeadline` once passed (default: $NPM_NB_DEADLINE)
              ) -> Path:
     "Train the retriever with LM supervision (REPLUG-LSR); return the final (or last) checkpoint folder."
     offline_mode()
@@ -348,10 +373,7 @@ def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to trai
     enc, tok = retriever.encoder, retriever.tok
     device = cfg.device or str(retriever.device); enc.to(device)
     init_fp, data_fp = encoder_fingerprint(enc), _data_fingerprint(passages, queries)
-    if not resume:
-        for p in list_checkpoints(out): shutil.rmtree(p)
-        drop_final(out)  # a published folder, or an old-style link
-    cks = list_checkpoints(out) if resume else []
+    cks = run_checkpoints(out, resume)
     state = dict(step=0, init_fingerprint=init_fp, model='replug_lsr', data_fingerprint=data_fp, lm_cache={},
                  index_step=-1, index_vectors=None, log=[])
     if cks:
@@ -361,19 +383,16 @@ def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to trai
                              "use another out_dir, or resume=False to start over")
         enc.load_state_dict(type(enc).from_pretrained(cks[-1]).state_dict())
         if state['step'] >= cfg.steps: return link_final(out, cks[-1])  # finished: `final` may be missing after a crash
+    run = CheckpointManager(out, cfg.steps, cfg.save_every, cfg.keep_last, stop_after, deadline, name='replug_lsr')
     stream = BatchStream([list(range(a, min(a + cfg.batch_size, len(queries)))) for a in range(0, len(queries), cfg.batch_size)], cfg.seed)
-    params = [p for p in enc.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW([p for p in enc.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup_ratio * cfg.steps), cfg.steps)
-    if cks:
-        opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler']); set_rng_state(state['rng'])
-    else: random.seed(cfg.seed); np.random.seed(cfg.seed); torch.manual_seed(cfg.seed)
+    restore_or_seed(state if cks else None, cfg.seed, opt, sched)
     vectors = None if state['index_vectors'] is None else state['index_vectors'].float().numpy()
     if vectors is None and index is not None and index.fingerprint == init_fp and len(index) == len(passages):
         state['index_vectors'] = torch.from_numpy(index.vectors).half(); state['index_step'] = 0   # step 0's embedding, given
         vectors = state['index_vectors'].float().numpy()
     bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress, desc='train[replug_lsr]')
-    last = None
     while state['step'] < cfg.steps:
         step = state['step']
         if vectors is None or (step % cfg.reembed_every == 0 and state['index_step'] != step):
@@ -382,33 +401,17 @@ def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to trai
             state['index_vectors'] = torch.from_numpy(vectors).half()
             vectors = state['index_vectors'].float().numpy()
             state.setdefault('reembed_s', []).append(round(time.perf_counter() - t0, 2))
-        qidx = stream[step]
-        index = PassageIndex(passages, vectors)
-        _, rows = index.search(retriever.embed([queries[q][0] for q in qidx]), cfg.k)
-        target = lm_scores(lm, queries, qidx, rows, passages, state['lm_cache'], cfg.lm_score, template)
-        enc.train()
-        qv = retriever.encode([queries[q][0] for q in qidx])                              # [B, h]
-        dv = retriever.encode([passages[int(r)]['text'] for r in rows.ravel()]).view(len(qidx), cfg.k, -1)
-        s = torch.einsum('bh,bkh->bk', qv, dv)                                             # cosines, with gradients
-        loss = lsr_loss(s, target.to(s.device), cfg.gamma, cfg.beta)
-        opt.zero_grad(set_to_none=True); loss.backward()
-        gnorm = float(torch.nn.utils.clip_grad_norm_(params, cfg.clip)); opt.step(); sched.step()
-        enc.eval(); state['step'] += 1; bar.update(1)
-        with torch.no_grad():
-            agree = float((s.argmax(-1).cpu() == target.argmax(-1)).float().mean())
+        loss, gnorm, agree = lsr_step(retriever, lm, passages, queries, stream[step], vectors, state, opt, sched, cfg, template)
+        state['step'] += 1; bar.update(1)
         if state['step'] % cfg.log_every == 0 or state['step'] == cfg.steps:
             state['log'].append(dict(step=state['step'], loss=loss.item(), grad_norm=gnorm, top1_agree=agree,
                                      lr=sched.get_last_lr()[0], index_step=state['index_step'], lm_pairs=len(state['lm_cache'])))
             bar.set_postfix(loss=f'{loss.item():.3f}', pairs=len(state['lm_cache']))
-        done = state['step'] == cfg.steps
-        if done or state['step'] % cfg.save_every == 0 or state['step'] == stop_after:
-            last = save_checkpoint(out, enc, tok, cfg, state, opt, sched)
-            if done: link_final(out, last)
-            prune_checkpoints(out, cfg.keep_last)
-        if state['step'] == stop_after: break
+        if run.step_done(state['step'], lambda: save_checkpoint(out, enc, tok, cfg, state, opt, sched)): break
     bar.close()
-    return out/'final' if state['step'] >= cfg.steps else (last or list_checkpoints(out)[-1])
+    return run.result(state['step'])
 
+# %% ../../nbs/16_replug.ipynb #ba6d5cdf
 def lsr_state(ckpt) -> dict:
     "The trainer state of an LSR checkpoint (step, log, index step, LM-score cache, ...)."
     return load_state(Path(ckpt)/'trainer_state.pt', fix='use another checkpoint')

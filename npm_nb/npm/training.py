@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.distributed as dist
 from tqdm.auto import tqdm
+from fastcore.basics import patch
 from transformers import (AutoModel, AutoModelForMaskedLM, get_linear_schedule_with_warmup,
                           get_constant_schedule_with_warmup)
 from ..core import (data_dir, atomic_write_json, read_json, load_state, hold_lock, LockedError, pid_alive, rng_state,
@@ -28,7 +29,8 @@ __all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'train
            'TwoViews', 'join_rows', 'gather_candidates', 'mlm_head', 'MaskedLM', 'batch_loss', 'positives_per_span',
            'make_optimizer', 'cpu_bf16_native', 'amp_setup', 'save_checkpoint', 'clean_stale_checkpoints',
            'list_checkpoints', 'prune_checkpoints', 'drop_final', 'is_published', 'link_final', 'DamagedCheckpoint',
-           'check_resume', 'resume_point', 'init_model', 'TrainingDeadline', 'start_state', 'optimizer_state', 'train',
+           'check_resume', 'resume_point', 'init_model', 'TrainingDeadline', 'run_checkpoints', 'restore_or_seed',
+           'CheckpointManager', 'start_state', 'optimizer_state', 'TrainBatches', 'train_step', 'train',
            'retrieval_eval', 'mlm_eval', 'fill_mask', 'config_from_args', 'main']
 
 # %% ../../nbs/09_training.ipynb #bf11367d
@@ -541,11 +543,13 @@ def init_model(cfg: TrainConfig):
     cls = AutoModelForMaskedLM if cfg.objective == 'mlm' else AutoModel
     return cls.from_pretrained(resolve_model(cfg.model))
 
-# %% ../../nbs/09_training.ipynb #da117d4f
+# %% ../../nbs/09_training.ipynb #ac55f06c
 def _dist_info():
+    "`(rank, world size)` of this process (`(0, 1)` without a process group)."
     on = dist.is_available() and dist.is_initialized()
     return (dist.get_rank(), dist.get_world_size()) if on else (0, 1)
 
+# %% ../../nbs/09_training.ipynb #0b678bd5
 class TrainingDeadline(RuntimeError):
     "Training reached its time budget; it wrote a checkpoint, and the same call again resumes from it."
 
@@ -561,6 +565,7 @@ def _past(deadline: float, world: int, device) -> bool:
     dist.all_reduce(late, op=dist.ReduceOp.MAX)
     return bool(late.item())
 
+# %% ../../nbs/09_training.ipynb #5fc96d8c
 _READ_ONLY = contextvars.ContextVar('read_only_run', default=None)  # the run folder, while `train` reads a read-only one
 
 def _read_only_error(out: Path, why: str) -> OSError:
@@ -608,7 +613,68 @@ def _log_row(win, state, sched, gnorm, secs, world, device='cpu', objective='npm
     row.setdefault('loss', float('nan')); row.setdefault('mask_ratio', 0.0)
     return row
 
-# %% ../../nbs/09_training.ipynb #2c7f5d43
+# %% ../../nbs/09_training.ipynb #37850d20
+def run_checkpoints(out, # the run folder
+                    resume: bool, # False: start over (delete the checkpoints and `final`)
+                    rank: int = 0, # only rank 0 deletes
+                   ) -> list[Path]:
+    "The complete checkpoints a run may resume from, oldest first (none, after deleting them, when `resume` is False)."
+    if not resume and rank == 0:  # start over: old checkpoints would be picked by a later resume
+        for p in list_checkpoints(out): shutil.rmtree(p)
+        drop_final(out)  # a published folder, or an old-style link
+    return list_checkpoints(out) if resume else []
+
+# %% ../../nbs/09_training.ipynb #756924da
+def restore_or_seed(state: dict | None, # a checkpoint's trainer state; None: a fresh start
+                    seed: int, opt, sched, scaler=None):
+    "Restore the optimizer, schedule, gradient scaler and every RNG from `state`, or seed Python, NumPy and torch."
+    if state is None:
+        random.seed(seed); np.random.seed(seed); torch.manual_seed(seed)
+        return
+    opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler'])
+    if scaler is not None and state.get('scaler') and scaler.is_enabled(): scaler.load_state_dict(state['scaler'])
+    set_rng_state(state['rng'])
+
+# %% ../../nbs/09_training.ipynb #3cdeecd7
+class CheckpointManager:
+    "When a run writes, publishes and stops: the save cadence, `stop_after`, the deadline and `final` (one rule for all trainers)."
+    def __init__(self, out, # the run folder
+                 steps: int, save_every: int, keep_last: int, # the run's length, checkpoint cadence and checkpoints kept
+                 stop_after: int | None = None, # end after this step, as if interrupted (writes a checkpoint)
+                 deadline: float | None = None, # Unix time: checkpoint and stop once passed (default: $NPM_NB_DEADLINE)
+                 rank: int = 0, world: int = 1, device='cpu', # under `torchrun`: only rank 0 writes, every rank agrees
+                 name: str = 'training'): # names the run in the deadline's message
+        self.out, self.steps, self.save_every, self.keep_last = Path(out), steps, save_every, keep_last
+        self.stop_after, self.deadline = stop_after, _deadline(deadline)
+        self.rank, self.world, self.device, self.name = rank, world, device, name
+        self.last, self.late = None, False  # the newest checkpoint this run wrote; whether the deadline stopped it
+
+# %% ../../nbs/09_training.ipynb #50cd5215
+@patch
+def step_done(self: CheckpointManager, step: int, # the optimizer steps done so far
+              save, # `save()` writes the checkpoint of this step atomically and returns its folder
+             ) -> bool:
+    "Checkpoint if due (publishing `final` at the last step); True when the loop must stop here."
+    done = step >= self.steps
+    self.late = bool(self.deadline) and not done and _past(self.deadline, self.world, self.device)
+    if done or step % self.save_every == 0 or step == self.stop_after or self.late:
+        if self.rank == 0:
+            self.last = save()
+            if done: link_final(self.out, self.last)
+            prune_checkpoints(self.out, self.keep_last)
+        if self.world > 1: dist.barrier()
+    return done or step == self.stop_after or self.late
+
+# %% ../../nbs/09_training.ipynb #5f7da695
+@patch
+def result(self: CheckpointManager, step: int) -> Path:
+    "`final` when the run is finished, else its last checkpoint; raises `TrainingDeadline` when the deadline stopped it."
+    if self.late:
+        raise TrainingDeadline(f"time budget reached at step {step} of {self.steps} ({self.name}); checkpoint "
+                               f"written to {self.out}: run the same command again to resume")
+    return self.out/'final' if step >= self.steps else (self.last or list_checkpoints(self.out)[-1])
+
+# %% ../../nbs/09_training.ipynb #946f712a
 def start_state(cfg: TrainConfig, model, # the init model (its fingerprint must match a checkpoint's to resume from it)
                 resume: bool, rank: int, world: int,
                ) -> tuple:
@@ -617,10 +683,7 @@ def start_state(cfg: TrainConfig, model, # the init model (its fingerprint must 
     out = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, cfg.objective)
     metrics_path = out/'metrics.jsonl'
     if _READ_ONLY.get() is not None and not resume: raise _read_only_error(out, 'resume=False would start it over')
-    if not resume and rank == 0:  # start over: old checkpoints would be picked by a later resume
-        for p in list_checkpoints(out): shutil.rmtree(p)
-        drop_final(out)
-    cks = list_checkpoints(out) if resume else []
+    cks = run_checkpoints(out, resume, rank)
     state = {'step': 0, 'cursor': 0, 'n_skipped': 0, 'tokens': 0, 'init_fingerprint': init_fp, 'model': cfg.model,
              'objective': cfg.objective, 'world': world}
     if cks:
@@ -636,21 +699,59 @@ def start_state(cfg: TrainConfig, model, # the init model (its fingerprint must 
     if rank == 0: truncate_metrics(metrics_path, state['step'])
     return out, cks, state, model, None
 
+# %% ../../nbs/09_training.ipynb #2aa49280
 def optimizer_state(net, cfg: TrainConfig, device,
                     state: dict | None, # a checkpoint's trainer state to restore; None: a fresh start from `cfg.seed`
                    ) -> tuple:
     "`(optimizer, schedule, autocast, scaler)` for `net`; resumed (with every RNG) from `state`, or seeded."
     opt, sched = make_optimizer(net, cfg)
     autocast, scaler = amp_setup(cfg.amp, device)
-    if state is not None:
-        opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler'])
-        if state.get('scaler') and scaler.is_enabled(): scaler.load_state_dict(state['scaler'])
-        set_rng_state(state['rng'])
-    else:
-        random.seed(cfg.seed); np.random.seed(cfg.seed); torch.manual_seed(cfg.seed)
+    restore_or_seed(state, cfg.seed, opt, sched, scaler)
     return opt, sched, autocast, scaler
 
-# %% ../../nbs/09_training.ipynb #4e07b57c
+# %% ../../nbs/09_training.ipynb #156768bc
+class TrainBatches:
+    "The next maskable batch of this rank and its unmasked fallback (skipping and counting the others on one process)."
+    def __init__(self, items: StreamItems, state: dict, # the trainer state: its `cursor` and `n_skipped` move
+                 n_batches: int, cfg: TrainConfig, world: int = 1,
+                 workers: int = 0, pin_memory: bool = False): # see `batch_loader`
+        self.items, self.state, self.n_batches, self.cfg, self.world = items, state, n_batches, cfg, world
+        self.workers, self.pin_memory, self.loader = workers, pin_memory, None
+    def __call__(self) -> tuple:
+        if self.loader is None: self.loader = batch_loader(self.items, self.state['cursor'], self.workers, self.pin_memory)
+        for _ in range(self.n_batches + 1):
+            c, b, fallback = next(self.loader); self.state['cursor'] = c + 1
+            if b is not None or self.world > 1: return b, fallback
+            self.state['n_skipped'] += 1
+        raise RuntimeError(f"no batch of {self.n_batches} has anything to mask: are the blocks too short "
+                           f"(max_len={self.cfg.max_len}) or the batches too small (batch_size={self.cfg.batch_size})?")
+
+# %% ../../nbs/09_training.ipynb #6985022e
+def train_step(net, opt, sched, autocast, scaler, # the model (possibly DDP) and `optimizer_state`'s pieces
+               next_batch: TrainBatches, cfg: TrainConfig, state: dict, # the trainer state (`step`, `tokens` move)
+               win: dict, # the statistics since the last log line, filled in place
+               world: int = 1, device='cpu'):
+    "One optimizer step; returns the gradient norm (a tensor: read on log steps only)."
+    opt.zero_grad(set_to_none=True)
+    for a in range(cfg.grad_accum):
+        b, fallback = next_batch()
+        if b is None: state['n_skipped'] += 1  # under DDP: this rank only encodes candidates
+        sync = net.no_sync if world > 1 and a < cfg.grad_accum - 1 else contextlib.nullcontext
+        with sync():
+            with autocast(): loss, st = batch_loss(net, b, cfg.objective, device, fallback)
+            scaler.scale(loss / cfg.grad_accum).backward()
+        n_tok = b['n_tokens'] if b is not None else 0
+        st.update(mask_ratio=(b['n_masked'] / b['n_tokens']) if b is not None else 0.0)
+        for k_, v in st.items(): win.setdefault(k_, []).append(v)
+        win.setdefault('_tokens', []).append(n_tok)
+    scaler.unscale_(opt)
+    gnorm = nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], cfg.clip)  # read on log steps only
+    scaler.step(opt); scaler.update(); sched.step()
+    state['step'] += 1
+    state['tokens'] += sum(win['_tokens'][-cfg.grad_accum:]) * world
+    return gnorm
+
+# %% ../../nbs/09_training.ipynb #5154aea1
 @_one_writer
 def train(cfg: TrainConfig, resume: bool = True,
           model=None, tok=None, # init model and tokenizer (default: loaded from `cfg.model`)
@@ -661,7 +762,6 @@ def train(cfg: TrainConfig, resume: bool = True,
          ) -> Path:
     "Train for `cfg.steps` optimizer steps (resuming from the newest checkpoint); return the final checkpoint folder."
     offline_mode()
-    deadline = _deadline(deadline)
     rank, world = _dist_info()
     device = cfg.device or (f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else 'cpu')
     tok = check_tokenizer(tok if tok is not None else load_tokenizer(cfg.model))
@@ -672,74 +772,33 @@ def train(cfg: TrainConfig, resume: bool = True,
     out, cks, state, model, finished = start_state(cfg, model, resume, rank, world)
     # finished: (re)link `final`, which a crash between the last checkpoint and the link can have left missing
     if finished is not None: return link_final(out, finished)
-    metrics_path = out/'metrics.jsonl'
-
+    run = CheckpointManager(out, cfg.steps, cfg.save_every, cfg.keep_last, stop_after, deadline, rank, world, device,
+                            cfg.objective)
     blocks = blocks if blocks is not None else training_blocks(cfg, tok)
     train_b, held_b = training_batches(blocks, cfg)
-    stream = BatchStream(train_b, seed=cfg.seed)
     lend = NeighbourBlocks(blocks, held_b, cfg.extra_blocks) if cfg.extra_blocks else None
-
     model.to(device).train()
     net = MaskedLM(model) if cfg.objective == 'mlm' else TwoViews(model, candidate_grad=cfg.candidate_grad)
     if world > 1:
         net = nn.parallel.DistributedDataParallel(net, device_ids=[torch.device(device).index] if device.startswith('cuda') else None)
     opt, sched, autocast, scaler = optimizer_state(net, cfg, device, state if cks else None)
-
     on_gpu = str(device).startswith('cuda')
     workers = cfg.workers if cfg.workers >= 0 else (min(8, max(1, (os.cpu_count() or 2) // world - 1)) if on_gpu else 0)
-    items, loader = StreamItems(blocks, stream, tok, cfg, rank, world, lend), None
-    def next_batch():
-        "The next maskable batch of this rank and its unmasked fallback (skipping and counting the others on one process)."
-        nonlocal loader
-        if loader is None: loader = batch_loader(items, state['cursor'], workers, pin_memory=on_gpu)
-        for _ in range(len(train_b) + 1):
-            c, b, fallback = next(loader); state['cursor'] = c + 1
-            if b is not None or world > 1: return b, fallback
-            state['n_skipped'] += 1
-        raise RuntimeError(f"no batch of {len(train_b)} has anything to mask: are the blocks too short "
-                           f"(max_len={cfg.max_len}) or the batches too small (batch_size={cfg.batch_size})?")
-
+    items = StreamItems(blocks, BatchStream(train_b, seed=cfg.seed), tok, cfg, rank, world, lend)
+    next_batch = TrainBatches(items, state, len(train_b), cfg, world, workers, pin_memory=on_gpu)
     bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress or rank != 0, desc=f'train[{cfg.objective}]')
     win, t0 = {}, time.time()
-    last, late = None, False
     while state['step'] < cfg.steps:
-        opt.zero_grad(set_to_none=True)
-        for a in range(cfg.grad_accum):
-            b, fallback = next_batch()
-            if b is None: state['n_skipped'] += 1  # under DDP: this rank only encodes candidates
-            sync = net.no_sync if world > 1 and a < cfg.grad_accum - 1 else contextlib.nullcontext
-            with sync():
-                with autocast(): loss, st = batch_loss(net, b, cfg.objective, device, fallback)
-                scaler.scale(loss / cfg.grad_accum).backward()
-            n_tok = b['n_tokens'] if b is not None else 0
-            st.update(mask_ratio=(b['n_masked'] / b['n_tokens']) if b is not None else 0.0)
-            for k_, v in st.items(): win.setdefault(k_, []).append(v)
-            win.setdefault('_tokens', []).append(n_tok)
-        scaler.unscale_(opt)
-        gnorm = nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], cfg.clip)  # read on log steps only
-        scaler.step(opt); scaler.update(); sched.step()
-        state['step'] += 1
-        state['tokens'] += sum(win['_tokens'][-cfg.grad_accum:]) * world
+        gnorm = train_step(net, opt, sched, autocast, scaler, next_batch, cfg, state, win, world, device)
         bar.update(1)
         if state['step'] % cfg.log_every == 0 or state['step'] == cfg.steps:
             row = _log_row(win, state, sched, gnorm, time.time() - t0, world, device, cfg.objective)
-            if rank == 0: out.mkdir(parents=True, exist_ok=True); append_jsonl(metrics_path, row)
+            if rank == 0: out.mkdir(parents=True, exist_ok=True); append_jsonl(out/'metrics.jsonl', row)
             bar.set_postfix(loss=f"{row['loss']:.3f}", mask=f"{row['mask_ratio']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
             win, t0 = {}, time.time()
-        done = state['step'] == cfg.steps
-        late = bool(deadline) and not done and _past(deadline, world, device)
-        if done or state['step'] % cfg.save_every == 0 or state['step'] == stop_after or late:
-            if rank == 0:
-                last = save_checkpoint(out, model, tok, cfg, state, opt, sched, scaler)
-                if done: link_final(out, last)
-                prune_checkpoints(out, cfg.keep_last)
-            if world > 1: dist.barrier()
-        if state['step'] == stop_after or late: break
-    bar.close(); loader = None  # ends the loader's worker processes
-    if late:
-        raise TrainingDeadline(f"time budget reached at step {state['step']} of {cfg.steps} ({cfg.objective}); checkpoint "
-                               f"written to {out}: run the same command again to resume")
-    return out/'final' if state['step'] == cfg.steps else (last or list_checkpoints(out)[-1])
+        if run.step_done(state['step'], lambda: save_checkpoint(out, model, tok, cfg, state, opt, sched, scaler)): break
+    bar.close(); next_batch.loader = None  # ends the loader's worker processes
+    return run.result(state['step'])
 
 # %% ../../nbs/09_training.ipynb #dcedf9bd
 @torch.no_grad()
