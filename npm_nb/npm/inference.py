@@ -16,6 +16,7 @@ from ..models import load_encoder, load_tokenizer, check_tokenizer, hidden_size,
 from .datastore import STOPWORDS, Datastore, derived, store_fingerprint, check_store_record, check_model
 from .index import check_index
 from .search import ExactSearch
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['MASK', 'AGGREGATIONS', 'SPAN_RULES', 'SIDES', 'WH_WORDS', 'BM25_STEMMER', 'ALPHA_MAX', 'check_query', 'query_ids',
@@ -104,6 +105,7 @@ def similarity(q, # query vectors [Q, h] (or [h])
         c = torch.from_numpy(np.ascontiguousarray(vectors)).float()  # fp16 -> fp32 (torch converts much faster than numpy)
     return (q @ c.T).numpy() / np.float32(math.sqrt(q.shape[-1]))
 
+# %% ../../nbs/13_inference.ipynb #9347a7b9
 def _sort_rows(scores, rows):
     "Best first: score descending, then row ascending."
     o = np.lexsort((np.where(rows >= 0, rows, np.iinfo(np.int64).max), -scores), axis=1) if scores.size else np.zeros(scores.shape, np.int64)
@@ -114,6 +116,7 @@ def search_device(device=None, # a device, or None: the GPU when torch sees one,
     "The device exact search runs on."
     return torch.device(device) if device is not None else torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
+# %% ../../nbs/13_inference.ipynb #2e3cf7d3
 def exact_searcher(ds, # a `Datastore` (the searcher is kept on it) or an fp16 array [N, h] (a streamed one-off)
                    device=None, # see `search_device`
                   ) -> ExactSearch:
@@ -122,6 +125,7 @@ def exact_searcher(ds, # a `Datastore` (the searcher is kept on it) or an fp16 a
     if not hasattr(ds, 'vectors'): return ExactSearch(ds, device=dev, resident=False)
     return derived(ds, ('exact_search', str(dev)), lambda: ExactSearch(ds.vectors, device=dev))  # anew after add/remove
 
+# %% ../../nbs/13_inference.ipynb #b25a3be5
 def exact_search(vectors, # corpus vectors [N, h], e.g. the datastore's fp16 memmap (or a `Datastore`)
                  q, # query vectors [Q, h]
                  k: int, # neighbours per query (at most N are returned)
@@ -135,6 +139,7 @@ def exact_search(vectors, # corpus vectors [N, h], e.g. the datastore's fp16 mem
     finally: es.chunk = old
     return s / np.float32(math.sqrt(es.d)), r
 
+# %% ../../nbs/13_inference.ipynb #924728c8
 def rescore(vectors, q, # corpus vectors [N, h] (or a `Datastore`) and queries [Q, h]
             rows: np.ndarray, # [Q, k] rows per query, -1 for none
             device=None, # see `search_device`
@@ -143,6 +148,7 @@ def rescore(vectors, q, # corpus vectors [N, h] (or a `Datastore`) and queries [
     es = exact_searcher(vectors, device)
     return es.scores(q, rows) / np.float32(math.sqrt(es.d))
 
+# %% ../../nbs/13_inference.ipynb #5e01abf3
 def neighbours(ds, # a `Datastore`
                q, # query vectors [Q, h]
                k: int = 4096, # neighbours per query
@@ -176,6 +182,7 @@ class TokenTable:
     word_first: np.ndarray   # [T] first token of this token's word (-1 if the word leaves the block)
     word_last: np.ndarray    # [T] last token of this token's word (-1 if the word leaves the block)
 
+# %% ../../nbs/13_inference.ipynb #cae6b563
 def _flat_column(blocks, name):
     col = blocks.data.column(name)
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
@@ -186,6 +193,7 @@ def token_table(ds, # a `Datastore` (reads `blocks`, `vec_block`, `vec_pos`)
     "The flattened per-token arrays of `ds` (built once, then cached on `ds`)."
     return derived(ds, 'token_table', lambda: _token_table(ds))
 
+# %% ../../nbs/13_inference.ipynb #880ca999
 def _token_table(ds) -> TokenTable:
     blocks = ds.blocks.flatten_indices() if getattr(ds.blocks, '_indices', None) is not None else ds.blocks
     cols = {c: _flat_column(blocks, c)[0] for c in ('doc_index', 'char_start', 'char_end', 'valid_start', 'valid_end')}
@@ -236,6 +244,7 @@ def _logsumexp(x):
     if not len(x): return np.inf
     m = x.max(); return m + math.log(np.exp(x - m).sum())
 
+# %% ../../nbs/13_inference.ipynb #dfa1be26
 def _probs(q, ds, tt, tokens, logz, temperature, device=None):
     "exp(sim(q, c)/T − logz) for the given tokens, exactly (from the datastore's `ExactSearch`: no fp16 conversion)."
     rows, inv = np.unique(tt.row[tokens], return_inverse=True)
@@ -252,17 +261,20 @@ def span_probs(ds, tt: TokenTable, q_start, q_end, # the query's two vectors [h]
     zs, ze = _logsumexp(np.asarray(start_scores) / temperature), _logsumexp(np.asarray(end_scores) / temperature)
     return _probs(q_start, ds, tt, first, zs, temperature, device), _probs(q_end, ds, tt, last, ze, temperature, device)
 
+# %% ../../nbs/13_inference.ipynb #95f7b2ce
 def phrase_texts(ds, tt: TokenTable, first, last) -> list[str]:
     "The corpus text of each span, cut by character offsets (never decoded from ids)."
     docs = tt.doc[first]; texts = {int(d): ds.texts[int(d)] for d in np.unique(docs)}
     return [texts[d][a:b] for d, a, b in zip(docs.tolist(), tt.char_start[first].tolist(), tt.char_end[last].tolist())]
 
+# %% ../../nbs/13_inference.ipynb #ba6bce36
 def _numbered(strings) -> tuple[np.ndarray, list, dict]:
     "Ids of `strings` (numbered in order of first appearance), the distinct strings, and string -> id."
     index = {}
     ids = np.fromiter((index.setdefault(s, len(index)) for s in strings), np.int64, len(strings))
     return ids, list(index), index
 
+# %% ../../nbs/13_inference.ipynb #830a3b88
 AGGREGATIONS = ('sum', 'max')
 
 def occurrence_scores(ps, pe, # P_start of each span's first token, P_end of its last
@@ -272,6 +284,7 @@ def occurrence_scores(ps, pe, # P_start of each span's first token, P_end of its
     ps, pe = np.asarray(ps, np.float64), np.asarray(pe, np.float64)
     return ps + pe if w_start == 0.5 else 2 * (w_start * ps + (1 - w_start) * pe)
 
+# %% ../../nbs/13_inference.ipynb #9d6124dd
 def aggregate_phrases(strings: list, # one string per span occurrence
                       scores: np.ndarray, # one score per occurrence
                       lengths: np.ndarray, # tokens per occurrence
@@ -300,6 +313,7 @@ def is_marks(s: str) -> bool:
     s = s.strip()
     return bool(s) and all(unicodedata.category(c)[0] in 'PS' for c in s)
 
+# %% ../../nbs/13_inference.ipynb #8dcef631
 def junk_tokens(ds) -> np.ndarray:
     "[T] True for each corpus token that is a whole-word stopword (`STOPWORDS`) or only punctuation and symbols (cached)."
     return derived(ds, 'junk_tokens', lambda: _junk_tokens(ds))
@@ -317,6 +331,7 @@ def _junk_tokens(ds) -> np.ndarray:
         out[t] = seen[key]
     return out
 
+# %% ../../nbs/13_inference.ipynb #1370b08d
 def span_allowed(ds, tt: TokenTable, first, last, # candidate spans (token numbers)
                  rule: str = 'content', # 'content': not only junk; 'reference': no junk inside; 'any': all
                 ) -> np.ndarray:
@@ -342,6 +357,7 @@ class Prediction:
     block: int
     count: int = 1  # occurrences summed into the score
 
+# %% ../../nbs/13_inference.ipynb #a598fee0
 def snippet(text: str, a: int, b: int, # a document's text and the phrase's character span
             width: int = 60) -> str:
     "The phrase marked `**…**` with up to `width` characters of context on each side."
@@ -349,6 +365,7 @@ def snippet(text: str, a: int, b: int, # a document's text and the phrase's char
     s = ('…' if a > width else '') + left + '**' + text[a:b] + '**' + right + ('…' if b + width < len(text) else '')
     return ' '.join(s.split())
 
+# %% ../../nbs/13_inference.ipynb #e0fc9892
 def _doc_meta(ds, d: int) -> tuple[str, str]:
     "Document id and title of document `d` (reads one row of `ds.docs` when there is one)."
     docs = getattr(ds, 'docs', None)
@@ -393,6 +410,7 @@ class WordTable:
     words: list        # id -> word (lower-cased with fold_case)
     index: dict        # word -> id
 
+# %% ../../nbs/13_inference.ipynb #1a4987a6
 def _cached(tt, key, make):
     cache = tt.__dict__.setdefault('_strings', {})
     if key not in cache: cache[key] = make()
@@ -416,6 +434,7 @@ def word_table(ds, fold_case: bool = False) -> WordTable:
         return WordTable(start, end, whole, words, index)
     return _cached(tt, ('words', fold_case), make)
 
+# %% ../../nbs/13_inference.ipynb #84bc846d
 def token_string_table(ds, fold_case: bool = False) -> tuple[np.ndarray, list]:
     "`(ids [N], strings)`: each stored row's token string (see `token_strings`) as an id (built once, then cached)."
     tt = token_table(ds)
@@ -430,6 +449,7 @@ def token_strings(ds, tt: TokenTable, tokens, # token numbers
     out = [('' if s else '##') + t for s, t in zip(tt.valid_start[tokens].tolist(), out)]
     return [t.lower() for t in out] if fold_case else out
 
+# %% ../../nbs/13_inference.ipynb #512b19b0
 def token_distribution(ds, rows, scores, # one query's neighbours: rows and similarities
                        temperature: float = 1.0, fold_case: bool = False,
                       ) -> list[tuple[str, float]]:
@@ -454,6 +474,7 @@ def neighbour_word_ids(ds, rows, # neighbours' datastore rows (any shape; -1: no
     rows = np.asarray(rows, np.int64); ids = getattr(word_table(ds, fold_case), side)
     return np.where(rows >= 0, ids[np.maximum(rows, 0)], -1)
 
+# %% ../../nbs/13_inference.ipynb #74357cda
 def neighbour_words(ds, tt: TokenTable, tokens, # token numbers of neighbours
                     side: str, # 'start': the word starting here; 'end': the word ending here; 'whole': itself if a word
                     fold_case: bool = False) -> list:
@@ -471,6 +492,7 @@ def neighbour_words(ds, tt: TokenTable, tokens, # token numbers of neighbours
     words = word_table(ds, fold_case).words
     return [words[i] if i >= 0 else None for i in neighbour_word_ids(ds, rows, side, fold_case).tolist()]
 
+# %% ../../nbs/13_inference.ipynb #09e1f036
 def _verbalizer_matrix(verbalizers: dict, index: dict, fold_case: bool):
     "`(column [W], M [V, L])`: each word id's column among the verbalizer words found (-1: none), and which label has which."
     norm = (lambda w: w.strip().lower()) if fold_case else (lambda w: w.strip())
@@ -483,6 +505,7 @@ def _verbalizer_matrix(verbalizers: dict, index: dict, fold_case: bool):
     lut = np.full(len(index) + 1, -1, np.int64); lut[list(col)] = list(col.values())
     return lut, M
 
+# %% ../../nbs/13_inference.ipynb #70a679b1
 def label_mass(word_ids: np.ndarray, # [Q, K] the word id each neighbour stands for (-1: none)
                probs: np.ndarray, # [Q, K] each neighbour's softmax mass
                verbalizers: dict, # label -> list of words
@@ -497,6 +520,7 @@ def label_mass(word_ids: np.ndarray, # [Q, K] the word id each neighbour stands 
     mass = np.bincount((np.arange(nq)[:, None] * V + col)[ok], weights=probs[ok], minlength=nq * V)
     return mass.reshape(nq, V) @ M
 
+# %% ../../nbs/13_inference.ipynb #459b4726
 def label_probs(words: list, # the word each neighbour stands for (or None)
                 probs: np.ndarray, # each neighbour's softmax mass
                 verbalizers: dict, # label -> list of words
@@ -525,6 +549,7 @@ def bm25_query(text: str, # the masked query
         return r if re.search(r'\w', r) else q   # nothing but interrogatives: keep them rather than query nothing
     return text.replace(MASK, '_____')
 
+# %% ../../nbs/13_inference.ipynb #048b5389
 def block_texts(ds) -> list[str]:
     "The text of each block: each of its documents' pieces cut by offsets, joined by newlines."
     tt = token_table(ds); out = []
@@ -558,6 +583,7 @@ def _load_record(self, path):
     verify_checksums(path, rec['files'], 'BM25 index', _BM25_FIX)
     self.store = rec['store']
 
+# %% ../../nbs/13_inference.ipynb #1d86def5
 def check_bm25(bm25, # a `BM25Retriever` (None: nothing to check)
                ds, # the datastore whose blocks it is about to pick
               ):
@@ -578,6 +604,7 @@ def bm25_stemmer(algorithm: str | None = BM25_STEMMER):
                           "to BM25Retriever to run without stemming on purpose") from e
     return Stemmer.Stemmer(algorithm)
 
+# %% ../../nbs/13_inference.ipynb #b1b51a75
 class BM25Retriever:
     "BM25 over a datastore's blocks (`bm25s`, pyserini defaults k1=0.9, b=0.4, Porter stemming)."
     def __init__(self, ds=None, # a `Datastore`; None only when loading
@@ -596,45 +623,51 @@ class BM25Retriever:
         self.bm25.index(corpus, show_progress=False)
         self.n_blocks = len(texts)
 
-    @classmethod
-    def from_texts(cls, texts: list, # one text per retrievable unit (e.g. blocks not encoded into a datastore)
-                   k1: float = 0.9, b: float = 0.4, stopwords: str = 'en', stemmer: str | None = BM25_STEMMER):
-        "The same BM25 over plain texts; `retrieve` returns their positions."
-        self = cls(None, stopwords=stopwords, stemmer=stemmer); self._index(list(texts), k1, b); return self
+# %% ../../nbs/13_inference.ipynb #de0b7ca4
+@patch
+def retrieve(self: BM25Retriever, query: str, # the BM25 query text (see `bm25_query`)
+             k: int = 3) -> np.ndarray:
+    "Block numbers of the top-k blocks, best first (fewer if fewer match)."
+    import bm25s
+    toks = bm25s.tokenize([query], stopwords=self.stopwords, stemmer=self.stemmer, return_ids=False,
+                          show_progress=False)[0]
+    vocab = self.bm25.vocab_dict
+    toks = [t for t in toks if t in vocab]
+    if not toks: return np.zeros(0, np.int64)
+    docs, scores = self.bm25.retrieve([toks], k=min(k, self.n_blocks), show_progress=False)
+    return np.asarray(docs[0], np.int64)[np.asarray(scores[0]) > 0]
 
-    def retrieve(self, query: str, # the BM25 query text (see `bm25_query`)
-                 k: int = 3) -> np.ndarray:
-        "Block numbers of the top-k blocks, best first (fewer if fewer match)."
-        import bm25s
-        toks = bm25s.tokenize([query], stopwords=self.stopwords, stemmer=self.stemmer, return_ids=False,
-                              show_progress=False)[0]
-        vocab = self.bm25.vocab_dict
-        toks = [t for t in toks if t in vocab]
-        if not toks: return np.zeros(0, np.int64)
-        docs, scores = self.bm25.retrieve([toks], k=min(k, self.n_blocks), show_progress=False)
-        return np.asarray(docs[0], np.int64)[np.asarray(scores[0]) > 0]
+# %% ../../nbs/13_inference.ipynb #d0f889ec
+@patch(cls_method=True)
+def from_texts(cls: BM25Retriever, texts: list, # one text per retrievable unit (e.g. blocks not encoded into a datastore)
+               k1: float = 0.9, b: float = 0.4, stopwords: str = 'en', stemmer: str | None = BM25_STEMMER):
+    "The same BM25 over plain texts; `retrieve` returns their positions."
+    self = cls(None, stopwords=stopwords, stemmer=stemmer); self._index(list(texts), k1, b); return self
 
-    def save(self, path):
-        "Save the BM25 index to the folder `path`, with the stemmer and stopwords it was built with."
-        self.bm25.save(str(path)); Path(path, 'n_blocks.txt').write_text(str(self.n_blocks))
-        Path(path, 'analyzer.json').write_text(json.dumps(dict(stemmer=self.stemmer_name, stopwords=self.stopwords)))
-        _save_record(self, path)  # last: it records the checksums of the files above
+# %% ../../nbs/13_inference.ipynb #1cdc2fa1
+@patch
+def save(self: BM25Retriever, path):
+    "Save the BM25 index to the folder `path`, with the stemmer and stopwords it was built with."
+    self.bm25.save(str(path)); Path(path, 'n_blocks.txt').write_text(str(self.n_blocks))
+    Path(path, 'analyzer.json').write_text(json.dumps(dict(stemmer=self.stemmer_name, stopwords=self.stopwords)))
+    _save_record(self, path)  # last: it records the checksums of the files above
 
-    @classmethod
-    def load(cls, path, stopwords: str = 'en',
-             stemmer: str | None = BM25_STEMMER): # the stemmer the index must have been built with
-        "Load an index saved with `save`; refuse one built with another stemmer or stopword list."
-        import bm25s
-        self = cls(None, stopwords=stopwords, stemmer=stemmer); _load_record(self, path)
-        f = Path(path, 'analyzer.json')
-        rec = json.loads(f.read_text()) if f.exists() else {'stemmer': 'unrecorded', 'stopwords': 'unrecorded'}
-        if rec != dict(stemmer=stemmer, stopwords=stopwords):
-            raise ValueError(f"BM25 index {path} was built with {rec}, not stemmer={stemmer!r}, stopwords={stopwords!r}: "
-                             "rebuild it (delete the folder) or load it with the settings it was built with")
-        try: self.bm25 = bm25s.BM25.load(str(path)); self.n_blocks = int(Path(path, 'n_blocks.txt').read_text())
-        except Exception as e: raise ValueError(f"the BM25 index {path} is damaged ({type(e).__name__}: {str(e)[:160]}): "
-                                                f"{_BM25_FIX}") from e
-        return self
+# %% ../../nbs/13_inference.ipynb #74dfae00
+@patch(cls_method=True)
+def load(cls: BM25Retriever, path, stopwords: str = 'en',
+         stemmer: str | None = BM25_STEMMER): # the stemmer the index must have been built with
+    "Load an index saved with `save`; refuse one built with another stemmer or stopword list."
+    import bm25s
+    self = cls(None, stopwords=stopwords, stemmer=stemmer); _load_record(self, path)
+    f = Path(path, 'analyzer.json')
+    rec = json.loads(f.read_text()) if f.exists() else {'stemmer': 'unrecorded', 'stopwords': 'unrecorded'}
+    if rec != dict(stemmer=stemmer, stopwords=stopwords):
+        raise ValueError(f"BM25 index {path} was built with {rec}, not stemmer={stemmer!r}, stopwords={stopwords!r}: "
+                         "rebuild it (delete the folder) or load it with the settings it was built with")
+    try: self.bm25 = bm25s.BM25.load(str(path)); self.n_blocks = int(Path(path, 'n_blocks.txt').read_text())
+    except Exception as e: raise ValueError(f"the BM25 index {path} is damaged ({type(e).__name__}: {str(e)[:160]}): "
+                                            f"{_BM25_FIX}") from e
+    return self
 
 # %% ../../nbs/13_inference.ipynb #015a61d7
 def block_rows(ds, blocks) -> np.ndarray:
@@ -652,6 +685,7 @@ def is_uncased(tok) -> bool:
     "True when the tokenizer folds case (e.g. MiniLM's uncased WordPiece)."
     return tok('Zebra Q', add_special_tokens=False)['input_ids'] == tok('zebra q', add_special_tokens=False)['input_ids']
 
+# %% ../../nbs/13_inference.ipynb #2e90ee3a
 class NPM:
     "A nonparametric masked LM: an encoder whose `[MASK]` vectors retrieve phrases (or tokens) from a datastore."
     def __init__(self, encoder, # the encoder (last hidden layer = token vectors)
@@ -676,10 +710,6 @@ class NPM:
 
     def __repr__(self): return f"NPM(mode={self.mode!r}, h={hidden_size(self.encoder)}, tokenizer={self.tok.name_or_path!r})"
 
-    def build_datastore(self, docs, path, **kw):
-        "Embed `docs` into a datastore at `path` with this encoder (`Datastore.build`)."
-        return Datastore.build(docs, self.encoder, self.tok, path, **kw)
-
     def encode_queries(self, texts, batch_size: int = 32):
         "Query vectors: `(q_start, q_end)` for NPM, `q` for NPM-single (see `encode_queries`)."
         return encode_queries(texts, self.encoder, self.tok, self.mode, self.max_len, batch_size)
@@ -689,11 +719,18 @@ class NPM:
         "The encoder's device; exact search and rescoring run there too."
         return next(self.encoder.parameters()).device
 
+# %% ../../nbs/13_inference.ipynb #cf1b0919
+@patch
+def build_datastore(self: NPM, docs, path, **kw):
+    "Embed `docs` into a datastore at `path` with this encoder (`Datastore.build`)."
+    return Datastore.build(docs, self.encoder, self.tok, path, **kw)
+
 # %% ../../nbs/13_inference.ipynb #ce68fc9f
 def _is_int(v): return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 ALPHA_MAX = 10  # |α| above this overflows: 512 tokens ** 114 is already inf in float64; the paper uses 0 to 3
 
+# %% ../../nbs/13_inference.ipynb #1b61cfe9
 def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=None, restrict_k=None, agg=None, w_start=None,
                       span_rule=None):
     "Raise a clear error naming the fix for a search parameter that makes no sense (`None` is not checked)."
@@ -714,6 +751,7 @@ def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=Non
     if w_start is not None and not (isinstance(w_start, (int, float, np.number)) and 0 <= w_start <= 1):
         raise ValueError(f"w_start={w_start!r}: use a number in [0, 1] (0.5: the paper's P_start + P_end)")
 
+# %% ../../nbs/13_inference.ipynb #0b7ef83f
 def as_queries(texts) -> list:
     "`texts` as a list of queries; a clear error for one str (or bytes, or None) where a list is expected."
     if isinstance(texts, str):
@@ -723,6 +761,7 @@ def as_queries(texts) -> list:
         raise TypeError(f"expected a list of queries (str, each with one {MASK}), got {type(texts).__name__}")
     return [check_query(t) for t in texts]
 
+# %% ../../nbs/13_inference.ipynb #92c92208
 def check_verbalizers(verbalizers) -> dict:
     "Raise a clear error unless `verbalizers` maps each label to a list of words; return it."
     if not isinstance(verbalizers, dict):
@@ -735,6 +774,7 @@ def check_verbalizers(verbalizers) -> dict:
             raise TypeError(f"verbalizers[{label!r}] must be a list of words (str), got {ws!r:.60}")
     return verbalizers
 
+# %% ../../nbs/13_inference.ipynb #96d1c74b
 def check_inputs(model, ds, index=None, bm25=None):
     "Raise a clear error unless `ds` holds vectors, was built with `model`'s encoder and tokenizer, and `index` / `bm25` on `ds`."
     if getattr(ds, 'manifest', None) is not None and len(ds) == 0:
@@ -745,22 +785,23 @@ def check_inputs(model, ds, index=None, bm25=None):
     check_model(ds, model.encoder, model.tok); check_index(index, ds); check_bm25(bm25, ds)
 
 # %% ../../nbs/13_inference.ipynb #2734f024
-def _predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
-                   ds, # a `Datastore` built with this encoder
-                   k: int = 4096, # start / end neighbours (App. A.1)
-                   topn: int = 5, # answers per query
-                   l_max: int = 10, # longest phrase in tokens (20 for entity translation)
-                   temperature: float = 1.0, # softmax temperature (open-set: 1)
-                   alpha: float = 0.0, # score × length^α
-                   index=None, # a `VectorIndex` over ds.vectors (search, then exact rescoring); None = exact
-                   bm25: BM25Retriever | None = None, # restrict to the top `restrict_k` BM25 blocks (§6.3)
-                   restrict_k: int = 3, # blocks kept by BM25
-                   question: bool | None = None, # BM25 query text: question (up to '?') or cloze (see `bm25_query`)
-                   batch_size: int = 32,
-                   agg: str = 'sum', # a string's score: 'sum' over its occurrences (the paper's) or 'max'
-                   w_start: float = 0.5, # weight of P_start (0.5: the paper's P_start + P_end; 1: starts only)
-                   span_rule: str = 'content', # which phrases may be answers (see `span_allowed`)
-                  ) -> list[list[Prediction]]:
+@patch
+def predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
+                  ds, # a `Datastore` built with this encoder
+                  k: int = 4096, # start / end neighbours (App. A.1)
+                  topn: int = 5, # answers per query
+                  l_max: int = 10, # longest phrase in tokens (20 for entity translation)
+                  temperature: float = 1.0, # softmax temperature (open-set: 1)
+                  alpha: float = 0.0, # score × length^α
+                  index=None, # a `VectorIndex` over ds.vectors (search, then exact rescoring); None = exact
+                  bm25: BM25Retriever | None = None, # restrict to the top `restrict_k` BM25 blocks (§6.3)
+                  restrict_k: int = 3, # blocks kept by BM25
+                  question: bool | None = None, # BM25 query text: question (up to '?') or cloze (see `bm25_query`)
+                  batch_size: int = 32,
+                  agg: str = 'sum', # a string's score: 'sum' over its occurrences (the paper's) or 'max'
+                  w_start: float = 0.5, # weight of P_start (0.5: the paper's P_start + P_end; 1: starts only)
+                  span_rule: str = 'content', # which phrases may be answers (see `span_allowed`)
+                 ) -> list[list[Prediction]]:
     "Top-n phrases with provenance for each query."
     if self.mode != 'npm': raise ValueError("phrase prediction needs mode='npm'; for NPM-single use predict_single")
     texts = as_queries(texts); check_search_args(k, topn, l_max, temperature, alpha, restrict_k, agg, w_start, span_rule)
@@ -783,11 +824,11 @@ def _predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
         out.append(predict_phrases(ds, qs[i], qe[i], r, sims[i, c], r, sims[len(qs) + i, c], **kw))
     return out
 
-def _predict(self: NPM, text: str, ds, **kw) -> list[Prediction]:
+# %% ../../nbs/13_inference.ipynb #0403df87
+@patch
+def predict(self: NPM, text: str, ds, **kw) -> list[Prediction]:
     "Top-n phrases with provenance for one query (arguments as `predict_batch`)."
     return self.predict_batch([text], ds, **kw)[0]
-
-NPM.predict_batch, NPM.predict = _predict_batch, _predict
 
 # %% ../../nbs/13_inference.ipynb #5d93f34d
 def drawable(text: str) -> str:
@@ -796,6 +837,7 @@ def drawable(text: str) -> str:
     font = font_manager.get_font(font_manager.findfont(font_manager.FontProperties()))
     return ''.join(c if c.isspace() or font.get_char_index(ord(c)) else '?' for c in text)
 
+# %% ../../nbs/13_inference.ipynb #2fcafed7
 def block_span_probs(ds, q_start, q_end, # a datastore and one query's two vectors [h]
                      block: int, # the block to read
                      temperature: float = 1.0,
@@ -811,6 +853,7 @@ def block_span_probs(ds, q_start, q_end, # a datastore and one query's two vecto
     labels = [t if r else '·' for t, r in zip(token_strings(ds, tt, tokens), real)]
     return tokens, labels, ps, pe
 
+# %% ../../nbs/13_inference.ipynb #d61d4b4c
 def plot_span_evidence(ds, q_start, q_end, # a datastore and one query's two vectors [h]
                        block: int, # the block to show
                        span: tuple | None = None, # (first, last) token numbers of a phrase to shade
@@ -834,10 +877,11 @@ def plot_span_evidence(ds, q_start, q_end, # a datastore and one query's two vec
     return ax
 
 # %% ../../nbs/13_inference.ipynb #1a089242
-def _predict_single(self: NPM, text, # a query with one [MASK], or a list of them
-                    ds, k: int = 4096, topn: int = 10, temperature: float = 1.0, index=None,
-                    batch_size: int = 32, # queries a forward pass
-                   ) -> list:
+@patch
+def predict_single(self: NPM, text, # a query with one [MASK], or a list of them
+                   ds, k: int = 4096, topn: int = 10, temperature: float = 1.0, index=None,
+                   batch_size: int = 32, # queries a forward pass
+                  ) -> list:
     "NPM-single: the top-n token strings and their probabilities (App. A.3); a list of those for a list of queries."
     if self.mode != 'single': raise ValueError("predict_single needs mode='single' (one mask); for phrases use predict")
     one = isinstance(text, str); texts = [check_query(text)] if one else as_queries(text)
@@ -847,6 +891,7 @@ def _predict_single(self: NPM, text, # a query with one [MASK], or a list of the
     out = [token_distribution(ds, r[i], s[i], temperature, self.fold_case)[:topn] for i in range(len(texts))]
     return out[0] if one else out
 
+# %% ../../nbs/13_inference.ipynb #f32f0b10
 def _softmax_rows(logits: np.ndarray) -> np.ndarray:
     "Row-wise softmax in float64 over the finite entries (a row with none gives zeros)."
     x = np.asarray(logits, np.float64); fin = np.isfinite(x)
@@ -855,14 +900,16 @@ def _softmax_rows(logits: np.ndarray) -> np.ndarray:
     z = e.sum(1, keepdims=True)
     return np.divide(e, z, out=np.zeros_like(e), where=z > 0)
 
-def _closed_set_probs(self: NPM, texts, # one query or a list, each with one [MASK]
-                      ds, verbalizers: dict, # label -> list of words (the label order is the dict's)
-                      k: int = 4096, # neighbours (per start / end for NPM)
-                      temperature: float = 5.0, # τ (App. A.4: 5 for both models)
-                      index=None,
-                      double_temperature: bool = False, # NPM only: divide by τ twice, as the reference code does
-                      batch_size: int = 32, # queries a forward pass
-                     ) -> np.ndarray:
+# %% ../../nbs/13_inference.ipynb #41441866
+@patch
+def closed_set_probs(self: NPM, texts, # one query or a list, each with one [MASK]
+                     ds, verbalizers: dict, # label -> list of words (the label order is the dict's)
+                     k: int = 4096, # neighbours (per start / end for NPM)
+                     temperature: float = 5.0, # τ (App. A.4: 5 for both models)
+                     index=None,
+                     double_temperature: bool = False, # NPM only: divide by τ twice, as the reference code does
+                     batch_size: int = 32, # queries a forward pass
+                    ) -> np.ndarray:
     "P(label) from the neighbours' mass on each label's words: [n_labels], or [Q, n_labels] for a list."
     one = isinstance(texts, str); texts = [check_query(texts)] if one else as_queries(texts)
     check_verbalizers(verbalizers); check_search_args(k=k, temperature=temperature); check_inputs(self, ds, index)
@@ -882,5 +929,3 @@ def _closed_set_probs(self: NPM, texts, # one query or a list, each with one [MA
     logits = np.concatenate([np.where(rows >= 0, scores / T, -np.inf) for rows, scores, _ in parts], 1)
     out = label_mass(ids, _softmax_rows(logits), verbalizers, word_table(ds, self.fold_case).index, self.fold_case)
     return out[0] if one else out
-
-NPM.predict_single, NPM.closed_set_probs = _predict_single, _closed_set_probs
