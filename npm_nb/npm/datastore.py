@@ -45,7 +45,8 @@ def encode_blocks(model, # an encoder whose output has `last_hidden_state` (e.g.
     device = torch.device(device or next(model.parameters()).device)
     amp = None if amp == 'none' else amp
     if amp not in (None, 'bf16', 'fp16'): raise ValueError(f"amp={amp!r}: use None, 'bf16' or 'fp16'")
-    if amp == 'fp16' and device.type != 'cuda': raise ValueError("amp='fp16' is CUDA only: use amp='bf16' on the CPU (or None for fp32)")
+    if amp == 'fp16' and device.type != 'cuda':
+        raise ValueError("amp='fp16' is CUDA only: use amp='bf16' on the CPU (or None for fp32)")
     dtype = {'bf16': torch.bfloat16, 'fp16': torch.float16}.get(amp)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     for b in range(0, len(blocks), batch_size):
@@ -54,7 +55,9 @@ def encode_blocks(model, # an encoder whose output has `last_hidden_state` (e.g.
         L = max(map(len, ids))
         x = torch.full((len(ids), L), pad, dtype=torch.long)
         att = torch.zeros((len(ids), L), dtype=torch.long)
-        for i, s in enumerate(ids): x[i, :len(s)] = torch.tensor(s); att[i, :len(s)] = 1
+        for i, s in enumerate(ids):
+            x[i, : len(s)] = torch.tensor(s)
+            att[i, : len(s)] = 1
         with torch.inference_mode(), (torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()):
             h = model(input_ids=x.to(device), attention_mask=att.to(device)).last_hidden_state
             h = h[att.to(device).bool()]  # the real tokens only, [sum of lengths, h]: no padding crosses to the host
@@ -81,7 +84,8 @@ def stopword_ids(tok, # the tokenizer of the datastore
                  words=STOPWORDS, # stopword texts (whole words)
                 ) -> np.ndarray:
     "Sorted ids of the vocabulary entries whose text is a stopword or punctuation."
-    words = set(words); out = []
+    words = set(words)
+    out = []
     for t, i in tok.get_vocab().items():
         if i in tok.all_special_ids or t.startswith('##'): continue
         s = tok.convert_tokens_to_string([t]).strip()
@@ -123,25 +127,32 @@ def _is_path(s: str) -> bool:
     except (OSError, ValueError): return False
 
 def _as_columns(docs):
-    "Columns of `docs`: a table or dict of columns as it is (a generator column read into a list); a path (or paths) read (`read_documents`); a list or any iterable of strings or of dicts, gathered."
+    "Columns of `docs`: a table or dict as it is (generators read); paths read (`read_documents`); rows gathered."
     if hasattr(docs, 'column_names'): return docs
     if isinstance(docs, dict):  # a column given as a generator is read once, here (it would be empty when read again)
         return {k: list(v) if isinstance(v, Iterator) else v for k, v in docs.items()}
-    if hasattr(docs, 'columns') and hasattr(docs, 'iloc'):  # a pandas DataFrame: iterating it would give its column names
+    # a pandas DataFrame: iterating it would give its column names
+    if hasattr(docs, 'columns') and hasattr(docs, 'iloc'):
         cols = [str(c) for c in docs.columns]
         if 'text' not in cols:
-            raise ValueError(f"a DataFrame of documents needs a 'text' column (optional 'id', 'title'); its columns are "
-                             f"{cols[:20]}: rename the column of texts (df.rename(columns={{'body': 'text'}}))")
+            raise ValueError(
+                f"a DataFrame of documents needs a 'text' column (optional 'id', 'title'); its columns are "
+                f"{cols[:20]}: rename the column of texts (df.rename(columns={{'body': 'text'}}))"
+            )
         return {c: docs[c].tolist() for c in ('text', 'id', 'title') if c in cols}
     if isinstance(docs, os.PathLike) or isinstance(docs, str) and _is_path(docs): return read_documents(docs)
     if isinstance(docs, (str, bytes)):
-        raise ValueError(f"documents must be several: got one {type(docs).__name__} ({docs[:40]!r}), which names no file "
-                         "or folder either; wrap it in a list ([text]), give a table / dict with a 'text' column, or "
-                         "the path of a file or folder of documents")
+        raise ValueError(
+            f"documents must be several: got one {type(docs).__name__} ({docs[:40]!r}), which names no file "
+            "or folder either; wrap it in a list ([text]), give a table / dict with a 'text' column, or "
+            "the path of a file or folder of documents"
+        )
     try: rows = list(docs)
     except TypeError:
-        raise ValueError(f"documents must be a table (datasets.Dataset, pandas via Dataset.from_pandas), a dict of "
-                         f"columns with 'text', or a list / iterable of strings or dicts; got {type(docs).__name__}") from None
+        raise ValueError(
+            f"documents must be a table (datasets.Dataset, pandas via Dataset.from_pandas), a dict of "
+            f"columns with 'text', or a list / iterable of strings or dicts; got {type(docs).__name__}"
+        ) from None
     if not rows: raise ValueError("no documents: the list (or iterable) is empty")
     if all(isinstance(r, str) for r in rows): return {'text': rows}
     if all(isinstance(r, os.PathLike) for r in rows): return read_documents(rows)
@@ -149,7 +160,9 @@ def _as_columns(docs):
         keys = [k for k in ('text', 'id', 'title') if any(k in r for r in rows)]
         return {k: [r.get(k) for r in rows] for k in keys}
     kinds = sorted({type(r).__name__ for r in rows})
-    raise ValueError(f"documents given as a list (or iterable) must all be strings or all dicts with 'text'; got {kinds}")
+    raise ValueError(
+        f"documents given as a list (or iterable) must all be strings or all dicts with 'text'; got {kinds}"
+    )
 
 # %% ../../nbs/10_datastore.ipynb #cf38511c
 def _doc_table(docs, start: int = 0) -> Dataset:
@@ -157,22 +170,30 @@ def _doc_table(docs, start: int = 0) -> Dataset:
     docs = _as_columns(docs)
     cols = docs.column_names if hasattr(docs, 'column_names') else list(docs)
     if 'text' not in cols: raise ValueError(f"documents need a 'text' column; got {cols}")
-    texts = [t or '' for t in docs['text']]; n = len(texts)
+    texts = [t or '' for t in docs['text']]
+    n = len(texts)
     bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
     if bad is not None:
-        raise ValueError(f"documents' 'text' must be strings; row {bad} is {type(texts[bad]).__name__} ({texts[bad]!r:.40}): "
-                         "convert the column first (e.g. [str(x) for x in texts])")
+        raise ValueError(
+            f"documents' 'text' must be strings; row {bad} is {type(texts[bad]).__name__} ({texts[bad]!r:.40}): "
+            "convert the column first (e.g. [str(x) for x in texts])"
+        )
     ids = [str(x) for x in docs['id']] if 'id' in cols else [str(start + i) for i in range(n)]
     titles = [str(x or '') for x in docs['title']] if 'title' in cols else [''] * n
     for name, col in (('id', ids), ('title', titles)):
-        if len(col) != n: raise ValueError(f"documents: column {name!r} has {len(col)} values but 'text' has {n}; give every document one")
+        if len(col) != n:
+            raise ValueError(
+                f"documents: column {name!r} has {len(col)} values but 'text' has {n}; give every document one"
+            )
     for name, col in (('text', texts), ('id', ids), ('title', titles)):
         for i, s in enumerate(col):
             try: s.encode('utf-8')
             except UnicodeEncodeError as e:
-                raise ValueError(f"document {ids[i]!r} (row {i}): its {name} holds {s[e.start:e.end]!r} at character "
-                                 f"{e.start}, a lone surrogate that is not valid Unicode text (usually bytes decoded with "
-                                 "errors='surrogateescape'); read the file with errors='replace' or fix its encoding") from None
+                raise ValueError(
+                    f"document {ids[i]!r} (row {i}): its {name} holds {s[e.start : e.end]!r} at character "
+                    f"{e.start}, a lone surrogate that is not valid Unicode text (usually bytes decoded with "
+                    "errors='surrogateescape'); read the file with errors='replace' or fix its encoding"
+                ) from None
     return Dataset.from_dict({'text': texts, 'id': ids, 'title': titles})
 
 # %% ../../nbs/10_datastore.ipynb #ba8f2fd7
@@ -183,7 +204,9 @@ def corpus_fingerprint(docs) -> str:
     for b in range(0, len(d), 10_000):
         rows = d[b:b + 10_000]
         for i, t, x in zip(rows['id'], rows['title'], rows['text']):
-            for s in (i, t, x): h.update(len(s.encode()).to_bytes(8, 'little')); h.update(s.encode())
+            for s in (i, t, x):
+                h.update(len(s.encode()).to_bytes(8, 'little'))
+                h.update(s.encode())
     return h.hexdigest()[:16]
 
 # %% ../../nbs/10_datastore.ipynb #749bbfa9
@@ -197,9 +220,12 @@ def _decode(raw: bytes, f: Path, encoding: str) -> str:
     try: return raw.decode('utf-8-sig' if codecs.lookup(encoding).name == 'utf-8' else encoding)
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b'\n') + 1
-        raise DocumentError(f"{f}: not valid {encoding} text (byte 0x{raw[e.start]:02x} on line {line}): convert it (e.g. iconv -f latin1 -t utf-8 {f.name} > "
-                            f"{f.stem}-utf8{f.suffix}), read every file as its encoding (encoding='latin-1'; npm-nb "
-                            "--encoding latin-1), or leave it out (skip_bad=True; npm-nb --skip-bad)") from None
+        raise DocumentError(
+            f"{f}: not valid {encoding} text (byte 0x{raw[e.start]:02x} on line {line}): convert it (e.g. iconv -f "
+            f"latin1 -t utf-8 {f.name} > "
+            f"{f.stem}-utf8{f.suffix}), read every file as its encoding (encoding='latin-1'; npm-nb "
+            "--encoding latin-1), or leave it out (skip_bad=True; npm-nb --skip-bad)"
+        ) from None
 
 # %% ../../nbs/10_datastore.ipynb #c7953e64
 def _inner_name(f: Path) -> str:
@@ -218,67 +244,98 @@ def _read_bytes(f: Path, limit: int = -1) -> bytes:
 
 # %% ../../nbs/10_datastore.ipynb #943b8250
 def _sniff(head: bytes, encoding: str) -> str:
-    "What the first bytes of a file are: 'text' (no NUL byte, valid in `encoding`; a character cut at the end is fine), 'binary' (a NUL), or 'other text' (not valid in `encoding`)."
+    "What a file's first bytes are: 'text' (valid in `encoding`, no NUL), 'binary' (a NUL) or 'other text'."
     if b'\0' in head: return 'binary'
-    try: codecs.getincrementaldecoder(encoding)().decode(head, final=False); return 'text'
-    except UnicodeDecodeError: return 'other text'
+    try:
+        codecs.getincrementaldecoder(encoding)().decode(head, final=False)
+        return 'text'
+    except UnicodeDecodeError:
+        return 'other text'
 
 # %% ../../nbs/10_datastore.ipynb #d17f2bba
 def _records(f: Path, encoding: str) -> tuple[str, list]:
     "`(what a record is called, [(number, record)])` of a document file: records are dicts or strings."
-    name = _inner_name(f); suf = Path(name).suffix.lower()
+    name = _inner_name(f)
+    suf = Path(name).suffix.lower()
     if suf == '.parquet':
         import pyarrow.parquet as pq
-        try: t = pq.read_table(f if name == f.name else io.BytesIO(_read_bytes(f)))
-        except DocumentError: raise
-        except Exception as e: raise DocumentError(f"{f}: not a readable Parquet file ({type(e).__name__}: {str(e)[:200]})") from None
-        if 'text' not in t.column_names: raise DocumentError(f"{f}: no 'text' column (it has {t.column_names}); name the column of document texts 'text'")
-        return 'row', list(enumerate(t.select([c for c in ('text', 'id', 'title') if c in t.column_names]).to_pylist(), 1))
+        try:
+            t = pq.read_table(f if name == f.name else io.BytesIO(_read_bytes(f)))
+        except DocumentError:
+            raise
+        except Exception as e:
+            raise DocumentError(f"{f}: not a readable Parquet file ({type(e).__name__}: {str(e)[:200]})") from None
+        if 'text' not in t.column_names:
+            raise DocumentError(
+                f"{f}: no 'text' column (it has {t.column_names}); name the column of document texts 'text'"
+            )
+        return 'row', list(
+            enumerate(t.select([c for c in ('text', 'id', 'title') if c in t.column_names]).to_pylist(), 1)
+        )
     raw = _read_bytes(f)
     if suf not in DOCUMENT_SUFFIXES and (k := raw.find(b'\0')) >= 0:
         raise DocumentError(f"{f}: not a text file (a NUL byte at byte {k}: binary data); give text files only, or "
                             "leave it out (skip_bad=True; npm-nb --skip-bad)")
-    if suf not in ('.jsonl', '.csv', '.tsv'): return 'file', [(0, _decode(raw, f, encoding))]  # .txt, .md, any other text
-    text = _decode(raw, f, encoding); del raw
+    if suf not in ('.jsonl', '.csv', '.tsv'):
+        return 'file', [(0, _decode(raw, f, encoding))]  # .txt, .md, any other text
+    text = _decode(raw, f, encoding)
+    del raw
     if suf == '.jsonl':
         out = []
         for i, line in enumerate(text.splitlines(), 1):
             if not line.strip(): continue
             try: out.append((i, json.loads(line)))
             except json.JSONDecodeError as e:
-                raise DocumentError(f'{f} line {i}: not JSON ({e.msg}); write one object a line, e.g. {{"text": "...", "id": "a1"}}') from None
+                raise DocumentError(
+                    f'{f} line {i}: not JSON ({e.msg}); write one object a line, e.g. {{"text": "...", "id": "a1"}}'
+                ) from None
         return 'line', out
     r = csv.DictReader(io.StringIO(text, newline=''), delimiter='\t' if suf == '.tsv' else ',')
-    if 'text' not in (r.fieldnames or []): raise DocumentError(f"{f}: no 'text' column (its header is {r.fieldnames}); name the column of document texts 'text'")
+    if 'text' not in (r.fieldnames or []):
+        raise DocumentError(
+            f"{f}: no 'text' column (its header is {r.fieldnames}); name the column of document texts 'text'"
+        )
     try: return 'row', list(enumerate(r, 1))
     except csv.Error as e: raise DocumentError(f"{f} line {r.line_num}: not valid {suf[1:].upper()} ({e})") from None
 
 # %% ../../nbs/10_datastore.ipynb #6503c0f5
 def _file_documents(f: Path, name: str, encoding: str) -> list[tuple[str, str, str]]:
     "`(id, title, text)` of each non-empty document of file `f`; `name` is its path as ids show it."
-    kind, recs = _records(f, encoding); out = []
-    inner = Path(_inner_name(f)); title = inner.stem if inner.suffix.lower() in DOCUMENT_SUFFIXES else inner.name
+    kind, recs = _records(f, encoding)
+    out = []
+    inner = Path(_inner_name(f))
+    title = inner.stem if inner.suffix.lower() in DOCUMENT_SUFFIXES else inner.name
     for n, r in recs:
         r = {'text': r} if isinstance(r, str) else r
         if not isinstance(r, dict) or 'text' not in r:
-            raise DocumentError(f"{f} {kind} {n}: no 'text' in {str(r)[:60]!r}; each {kind} needs a 'text' (optional 'id', 'title')")
+            raise DocumentError(
+                f"{f} {kind} {n}: no 'text' in {str(r)[:60]!r}; each {kind} needs a 'text' (optional 'id', 'title')"
+            )
         t = r['text'] if r['text'] is not None else ''
-        if not isinstance(t, str): raise DocumentError(f"{f} {kind} {n}: 'text' is {type(t).__name__} ({t!r:.40}), not a string")
+        if not isinstance(t, str):
+            raise DocumentError(f"{f} {kind} {n}: 'text' is {type(t).__name__} ({t!r:.40}), not a string")
         if not t.strip(): continue
-        i = r.get('id'); i = name if kind == 'file' else f'{name}:{n}' if i is None or i == '' else str(i)
+        i = r.get('id')
+        i = name if kind == 'file' else f'{name}:{n}' if i is None or i == '' else str(i)
         out.append((i, title if kind == 'file' else str(r.get('title') or ''), t))
     return out
 
 # %% ../../nbs/10_datastore.ipynb #1d682456
 def _folder_files(top: Path, links: list, problems: list):
-    "`(file, path relative to top)` of the files under `top`, hidden ones left out; links are listed in `links` (not followed), sub-folders that cannot be read in `problems`."
-    def cannot(e): problems.append(f"{e.filename}: a folder that cannot be read ({e.strerror}); make it readable (chmod) or move it out")
+    "`(file, path under top)` of the files under `top`, not hidden; links to `links`, unreadable folders to `problems`."
+    def cannot(e):
+        problems.append(
+            f"{e.filename}: a folder that cannot be read ({e.strerror}); make it readable (chmod) or move it out"
+        )
     for d, dirs, names in os.walk(top, onerror=cannot):  # links to folders are not entered
         d = Path(d)
         for n in sorted(dirs + names):
-            f = d/n; rel = f.relative_to(top)
+            f = d / n
+            rel = f.relative_to(top)
             if n.startswith('.'): continue
-            if f.is_symlink(): links.append(f"{rel.as_posix()} -> {os.readlink(f)}"); continue
+            if f.is_symlink():
+                links.append(f"{rel.as_posix()} -> {os.readlink(f)}")
+                continue
             if n in names and f.is_file(): yield f, rel.as_posix()
         dirs[:] = sorted(x for x in dirs if not x.startswith('.') and not (d/x).is_symlink())
 
@@ -288,9 +345,60 @@ def _kind(f: Path) -> str:
     return inner or 'no suffix'
 
 def _id_root(paths) -> Path | None:
-    "The folder ids are relative to: the common parent of the inputs (a folder given counts as itself, a file as its folder)."
+    "The folder ids are relative to: the inputs' common parent (a folder counts as itself, a file as its folder)."
     anchors = [os.path.abspath(p) if p.is_dir() else os.path.dirname(os.path.abspath(p)) for p in paths if p.exists()]
     return Path(os.path.commonpath(anchors)) if anchors else None
+
+# %% ../../nbs/10_datastore.ipynb #b5704d67
+def _files_to_read(paths: list, encoding: str,
+                   problems: list, other: dict, links: list, odd: list, # filled: what cannot be read or is left out
+                  ) -> list:
+    "`(file, id)` of each file to read: the files named, and the text files inside the folders named, each once."
+    root, files, taken = _id_root(paths), [], set()
+    def take(f):  # a file once, however often it is named; its id: its path under the root
+        a = os.path.abspath(f)
+        if a not in taken:
+            taken.add(a)
+            files.append((f, Path(os.path.relpath(a, root)).as_posix()))
+    for p in paths:
+        if p.is_dir():
+            for f, rel in sorted(_folder_files(p, links, problems)):  # in path order, as before
+                if Path(_inner_name(f)).suffix.lower() in DOCUMENT_SUFFIXES:
+                    take(f)
+                    continue
+                try:
+                    kind = _sniff(_read_bytes(f, SNIFF_BYTES), encoding)
+                except (DocumentError, OSError) as e:
+                    problems.append(str(e))
+                    continue
+                if kind == 'text': take(f)  # README, copyright, notes.rst: read as plain text
+                else: other[_kind(f)] = other.get(_kind(f), 0) + 1
+                if kind == 'other text': odd.append(f)
+        elif p.is_file(): take(p)  # a file named is read whatever its name
+        else: problems.append(f"{p}: " + ("not a file or folder" if p.exists() else "no such file or folder"))
+    return files
+
+# %% ../../nbs/10_datastore.ipynb #14f39b17
+def _warn_left_out(links: list, other: dict, odd: list, encoding: str):
+    "One warning for the links, one for the files that are not text, left out of the input folders."
+    if links:
+        warnings.warn(
+            f"left out {len(links)} links inside the input folders (links are not followed there; give a "
+            f"target as a path of its own to read it): {'; '.join(links[:20])}" + (' ...' if len(links) > 20 else '')
+        )
+    if other:
+        warnings.warn(
+            f"left out {sum(other.values())} files that are not text "
+            f"({', '.join(f'{k}: {v}' for k, v in sorted(other.items()))}); "
+            f"text files of any name are read, and {', '.join(DOCUMENT_SUFFIXES)} by their format (also gzipped)"
+            + (
+                f"; {len(odd)} of them hold no NUL byte but are not valid {encoding} ({', '.join(map(str, odd[:5]))}"
+                f"{' ...' if len(odd) > 5 else ''}): if they are text, convert them to {encoding} or read "
+                "every file with their encoding (encoding='latin-1'; npm-nb --encoding latin-1)"
+                if odd
+                else ''
+            )
+        )
 
 # %% ../../nbs/10_datastore.ipynb #26dc329b
 def read_documents(paths, # a file or a folder (read recursively), or a list of them
@@ -298,42 +406,42 @@ def read_documents(paths, # a file or a folder (read recursively), or a list of 
                    skip_bad: bool = False, # leave out files that cannot be read (a warning each) instead of failing
                   ) -> dict:
     "Documents `{'text', 'id', 'title'}` read from files; every file that cannot be read is named with its fix."
-    try: codecs.lookup(encoding)
-    except LookupError: raise ValueError(f"encoding={encoding!r} is not a text encoding Python knows (e.g. 'utf-8', 'latin-1', 'cp1252')") from None
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise ValueError(
+            f"encoding={encoding!r} is not a text encoding Python knows (e.g. 'utf-8', 'latin-1', 'cp1252')"
+        ) from None
     paths = [Path(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
-    root, files, problems, other, links, taken, odd = _id_root(paths), [], [], {}, [], set(), []
-    def take(f):  # a file once, however often it is named; its id: its path under the root
-        a = os.path.abspath(f)
-        if a not in taken: taken.add(a); files.append((f, Path(os.path.relpath(a, root)).as_posix()))
-    for p in paths:
-        if p.is_dir():
-            for f, rel in sorted(_folder_files(p, links, problems)):  # in path order, as before
-                if Path(_inner_name(f)).suffix.lower() in DOCUMENT_SUFFIXES: take(f); continue
-                try: kind = _sniff(_read_bytes(f, SNIFF_BYTES), encoding)
-                except (DocumentError, OSError) as e: problems.append(str(e)); continue
-                if kind == 'text': take(f)  # README, copyright, notes.rst: read as plain text
-                else: other[_kind(f)] = other.get(_kind(f), 0) + 1
-                if kind == 'other text': odd.append(f)
-        elif p.is_file(): take(p)  # a file named is read whatever its name
-        else: problems.append(f"{p}: " + ("not a file or folder" if p.exists() else "no such file or folder"))
+    problems, other, links, odd = [], {}, [], []
+    files = _files_to_read(paths, encoding, problems, other, links, odd)
     cols, seen = {'text': [], 'id': [], 'title': []}, {}
     for f, name in files:
-        try: rows = _file_documents(f, name, encoding)
-        except (DocumentError, OSError) as e: problems.append(str(e)); continue
-        dup = next(((i, seen.get(i, f)) for k, (i, _, _) in enumerate(rows) if i in seen or i in [r[0] for r in rows[:k]]), None)
-        if dup: problems.append(f"{f}: document id {dup[0]!r} is also in {dup[1]}; ids must be unique (change one of them)"); continue
-        for i, t, x in rows: seen[i] = f; cols['id'].append(i); cols['title'].append(t); cols['text'].append(x)
-    if links: warnings.warn(f"left out {len(links)} links inside the input folders (links are not followed there; give a "
-                            f"target as a path of its own to read it): {'; '.join(links[:20])}" + (' ...' if len(links) > 20 else ''))
-    if other: warnings.warn(f"left out {sum(other.values())} files that are not text ({', '.join(f'{k}: {v}' for k, v in sorted(other.items()))}); "
-                            f"text files of any name are read, and {', '.join(DOCUMENT_SUFFIXES)} by their format (also gzipped)"
-                            + (f"; {len(odd)} of them hold no NUL byte but are not valid {encoding} ({', '.join(map(str, odd[:5]))}"
-                               f"{' ...' if len(odd) > 5 else ''}): if they are text, convert them to {encoding} or read "
-                               "every file with their encoding (encoding='latin-1'; npm-nb --encoding latin-1)" if odd else ''))
+        try:
+            rows = _file_documents(f, name, encoding)
+        except (DocumentError, OSError) as e:
+            problems.append(str(e))
+            continue
+        dup = next(
+            ((i, seen.get(i, f)) for k, (i, _, _) in enumerate(rows) if i in seen or i in [r[0] for r in rows[:k]]),
+            None,
+        )
+        if dup:
+            problems.append(f"{f}: document id {dup[0]!r} is also in {dup[1]}; ids must be unique (change one of them)")
+            continue
+        for i, t, x in rows:
+            seen[i] = f
+            cols['id'].append(i)
+            cols['title'].append(t)
+            cols['text'].append(x)
+    _warn_left_out(links, other, odd, encoding)
     if problems and not skip_bad:
-        raise DocumentError(f"{len(problems)} of the document files cannot be read (nothing was read):\n  " + "\n  ".join(problems))
+        raise DocumentError(
+            f"{len(problems)} of the document files cannot be read (nothing was read):\n  " + "\n  ".join(problems)
+        )
     for p in problems: warnings.warn(f"left out {p}")
-    if not cols['text']: raise DocumentError(f"no documents in {', '.join(map(str, paths)) or 'no paths'}: no non-empty text file")
+    if not cols['text']:
+        raise DocumentError(f"no documents in {', '.join(map(str, paths)) or 'no paths'}: no non-empty text file")
     return cols
 
 # %% ../../nbs/10_datastore.ipynb #9981f96f
@@ -345,16 +453,19 @@ MANIFEST_KEYS = ('format', 'encoder', 'tokenizer', 'hidden', 'shape', 'generatio
 def _quiet_datasets():
     "No `datasets` progress bars inside the block (\"Saving the dataset\"); as they were after it."
     import datasets
-    was = datasets.are_progress_bars_disabled(); datasets.disable_progress_bars()
+    was = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
     try: yield
     finally:
         if not was: datasets.enable_progress_bars()
 
 def _save_dataset(ds: Dataset, path: Path):
     "Save a dataset atomically (temp folder, then rename), without a progress bar (the encoder's bar is the progress)."
-    tmp = path.with_name(path.name + '.tmp'); shutil.rmtree(tmp, ignore_errors=True)
+    tmp = path.with_name(path.name + '.tmp')
+    shutil.rmtree(tmp, ignore_errors=True)
     with _quiet_datasets(): ds.save_to_disk(str(tmp))
-    shutil.rmtree(path, ignore_errors=True); os.replace(tmp, path)
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
 
 # %% ../../nbs/10_datastore.ipynb #7f0871b3
 def _rows_for(blocks, stop_ids, start_block: int = 0):
@@ -365,7 +476,9 @@ def _rows_for(blocks, stop_ids, start_block: int = 0):
         rows = cols[b:b + 1000]
         for k, (ids, vs, ve) in enumerate(zip(rows['input_ids'], rows['valid_start'], rows['valid_end'])):
             p = stored_positions({'input_ids': ids, 'valid_start': vs, 'valid_end': ve}, stop_ids)
-            vb.append(np.full(len(p), start_block + b + k, np.int32)); vp.append(p.astype(np.int16)); counts.append(len(p))
+            vb.append(np.full(len(p), start_block + b + k, np.int32))
+            vp.append(p.astype(np.int16))
+            counts.append(len(p))
     cat = lambda xs, t: np.concatenate(xs).astype(t) if xs else np.zeros(0, t)
     return cat(vb, np.int32), cat(vp, np.int16), np.array(counts, np.int64)
 
@@ -377,11 +490,13 @@ def _check_store_path(path: Path):
     p = next((q for q in [path, *path.parents] if q.exists() or q.is_symlink()), None)
     if p is not None and not p.is_dir():
         where = f"{path} is" if p == path else f"{path} is inside {p}, which is"
-        raise ValueError(f"datastore path {where} a file, not a folder: a datastore is a folder (build creates it); give "
-                         "the path of a new folder for it (the documents come after the store: npm-nb build STORE FILES...)")
+        raise ValueError(
+            f"datastore path {where} a file, not a folder: a datastore is a folder (build creates it); give "
+            "the path of a new folder for it (the documents come after the store: npm-nb build STORE FILES...)"
+        )
 
 def _pending_dir(path: Path) -> Path:
-    "The store's `pending/` folder; a clear error when it is a link or not a folder (it is never followed or overwritten)."
+    "The store's `pending/` folder; a clear error when it is a link or not a folder (never followed or overwritten)."
     pend = path/'pending'
     if pend.is_symlink() or (pend.exists() and not pend.is_dir()):
         what = f"a symbolic link (to {os.readlink(pend)})" if pend.is_symlink() else "not a folder"
@@ -392,11 +507,13 @@ def _pending_dir(path: Path) -> Path:
 # %% ../../nbs/10_datastore.ipynb #ec7bb33c
 @contextlib.contextmanager
 def _room(path):
-    "`disk_errors(path)` for a block of writes: a full disk or `ulimit -f` is named; an error already explained passes as it is."
+    "`disk_errors(path)` for a block of writes: a full disk or `ulimit -f` is named; an explained error passes as is."
     try: yield
     except Exception as e:
-        if isinstance(e, OSError) and e.errno and e.strerror and e.strerror != os.strerror(e.errno): raise  # a message of ours
-        if isinstance(e, OSError) and not e.errno and any(s in str(e) for s in _NO_ROOM): raise _no_room(path) from None  # Arrow's
+        if isinstance(e, OSError) and e.errno and e.strerror and e.strerror != os.strerror(e.errno):
+            raise  # a message of ours
+        if isinstance(e, OSError) and not e.errno and any(s in str(e) for s in _NO_ROOM):
+            raise _no_room(path) from None  # Arrow's
         with disk_errors(path): raise
 
 def _vectors_file(path, m: dict) -> Path:
@@ -410,7 +527,9 @@ def _read_manifest(path: Path) -> dict:
     miss = [k for k in MANIFEST_KEYS if k not in m] if isinstance(m, dict) else list(MANIFEST_KEYS)
     if miss: raise ValueError(f"{path/'manifest.json'} lacks {miss}: it was edited or damaged; {_rebuild(path)}")
     if m['format'] != FORMAT_VERSION:
-        raise ValueError(f"{path}: datastore format {m['format']} != {FORMAT_VERSION} (written by another version); {_rebuild(path)}")
+        raise ValueError(
+            f"{path}: datastore format {m['format']} != {FORMAT_VERSION} (written by another version); {_rebuild(path)}"
+        )
     return m
 
 def _unfinished(path: Path) -> ValueError:
@@ -420,8 +539,10 @@ def _unfinished(path: Path) -> ValueError:
         st, pr = read_json(pend/'stage.json', _rebuild(path)), read_json(pend/'progress.json', _rebuild(path))
         state = f"an unfinished build ({pr['blocks_done']} of {st['n_blocks']} blocks encoded)"
     else: state = 'an unfinished build (stopped before encoding started)'
-    return ValueError(f"datastore {path} is {state}: call Datastore.build(docs, model, tok, {str(path)!r}) (or "
-                      "model.build_datastore) again with the same documents to continue it, or delete the folder to start over")
+    return ValueError(
+        f"datastore {path} is {state}: call Datastore.build(docs, model, tok, {str(path)!r}) (or "
+        "model.build_datastore) again with the same documents to continue it, or delete the folder to start over"
+    )
 
 # %% ../../nbs/10_datastore.ipynb #33ad7457
 def _meta_present(path: Path, m: dict) -> Path:
@@ -440,19 +561,23 @@ def _read_meta(path: Path, m: dict):
         with np.load(meta/'rows.npz') as z: vb, vp, bvs = z['vec_block'], z['vec_pos'], z['block_vec_start']
         blocks, docs = load_from_disk(str(meta/'blocks')), load_from_disk(str(meta/'docs'))
     except Exception as e:
-        raise ValueError(f"datastore {path}: cannot read {meta.name} ({type(e).__name__}: {str(e)[:200]}); {_rebuild(path)}") from e
+        raise ValueError(
+            f"datastore {path}: cannot read {meta.name} ({type(e).__name__}: {str(e)[:200]}); {_rebuild(path)}"
+        ) from e
     N, nb = m['shape'][0], m['n_blocks']
     got, want = (len(vb), len(vp), len(bvs), len(blocks), len(docs)), (N, N, nb + 1, nb, m['n_docs'])
     if got != want:
-        raise ValueError(f"datastore {path} is inconsistent: the manifest says {N} vectors, {nb} blocks, {m['n_docs']} "
-                         f"documents, but {meta.name} holds {got[0]} rows, {got[3]} blocks, {got[4]} documents; {_rebuild(path)}")
+        raise ValueError(
+            f"datastore {path} is inconsistent: the manifest says {N} vectors, {nb} blocks, {m['n_docs']} "
+            f"documents, but {meta.name} holds {got[0]} rows, {got[3]} blocks, {got[4]} documents; {_rebuild(path)}"
+        )
     return vb, vp, bvs, blocks, docs
 
 # %% ../../nbs/10_datastore.ipynb #ed70150f
 class Datastore:
     "Token vectors of a reference corpus (fp16 memmap) with their blocks, documents and manifest."
     def __init__(self, path, model=None, tok=None, allow_unfinished: bool = False,
-                 verify: bool | None = None, # check the checksums: None = unless this process verified the files as they are now
+                 verify: bool | None = None, # check the checksums: None = unless this process verified them as they are
                 ):
         self.path, self.model, self.tok = Path(path), model, tok
         self._open(allow_unfinished, verify)
@@ -465,18 +590,21 @@ class Datastore:
         self.manifest, self.hidden = m, m['hidden']
         N = m['shape'][0]
         if N:
-            f = _vectors_file(self.path, m); need = N * self.hidden * 2
+            f = _vectors_file(self.path, m)
+            need = N * self.hidden * 2
             if not f.exists() or f.stat().st_size < need:
                 raise ValueError(f"{f}: truncated or missing ({f.stat().st_size if f.exists() else 0} bytes < {need} "
                                  f"for shape {m['shape']}); rebuild the datastore")
             self.vectors = np.memmap(f, dtype=np.float16, mode='r', shape=(N, self.hidden))
         else: self.vectors = np.zeros((0, self.hidden), np.float16)
-        if m['parts']: self.vec_block, self.vec_pos, self.block_vec_start, self.blocks, self.docs = _read_meta(self.path, m)
+        if m['parts']:
+            self.vec_block, self.vec_pos, self.block_vec_start, self.blocks, self.docs = _read_meta(self.path, m)
         else:
             self.vec_block, self.vec_pos = np.zeros(0, np.int32), np.zeros(0, np.int16)
             self.block_vec_start, self.blocks, self.docs = np.zeros(1, np.int64), None, None
         self.stop_ids = np.array(m['stop_ids'], np.int64) if m['remove_stopwords'] else None
-        self._texts, self._derived, self.version = None, {}, getattr(self, 'version', 0) + 1  # every (re)open: a new version
+        # every (re)open: a new version
+        self._texts, self._derived, self.version = None, {}, getattr(self, 'version', 0) + 1
 
     def derived(self, name, # what is derived, e.g. 'token_table' or ('exact_search', 'cpu')
                 make, # makes it from the store as it is now
@@ -555,9 +683,15 @@ RACY_SECONDS = 2.0  # a file changed more recently than this is verified, but th
 def _verify_key(path, m) -> tuple | None:
     "The size, inode, mtime and ctime (ns) of the store's vectors, manifest and metadata files (None: one is missing)."
     meta, key = Path(path)/f"meta-{m['generation']}", []
-    for f in [_vectors_file(path, m), Path(path)/'manifest.json', *(meta/r for r in sorted(m.get('meta_checksums') or {}))]:
-        try: s = f.stat()
-        except OSError: return None
+    for f in [
+        _vectors_file(path, m),
+        Path(path) / 'manifest.json',
+        *(meta / r for r in sorted(m.get('meta_checksums') or {})),
+    ]:
+        try:
+            s = f.stat()
+        except OSError:
+            return None
         key.append((str(f), s.st_size, s.st_ino, s.st_mtime_ns, s.st_ctime_ns))
     return tuple(key)
 
@@ -567,15 +701,18 @@ def _verified(path, m) -> bool:
     return key is not None and key == _verify_key(path, m)
 
 def _remember(path, m):
-    "Remember that the store's files matched their checksums, unless one changed too recently for its timestamps to tell."
+    "Remember that the store's files matched their checksums, unless one changed too recently for timestamps to tell."
     key, where = _verify_key(path, m), str(Path(path).resolve())
-    if key is None or max(max(k[3], k[4]) for k in key) > time.time_ns() - RACY_SECONDS * 1e9: _VERIFIED_STORES.pop(where, None)
-    else: _VERIFIED_STORES[where] = key
+    if key is None or max(max(k[3], k[4]) for k in key) > time.time_ns() - RACY_SECONDS * 1e9:
+        _VERIFIED_STORES.pop(where, None)
+    else:
+        _VERIFIED_STORES[where] = key
 
 # %% ../../nbs/10_datastore.ipynb #577ccb3f
 def verify_store(path, m: dict | None = None) -> bool:
     "Check the store's vector rows and metadata files against the manifest's checksums; False if it has none."
-    path = Path(path); m = m or _read_manifest(path)
+    path = Path(path)
+    m = m or _read_manifest(path)
     fix, bad = f"the store is damaged: {_rebuild(path)}", []
     if m.get('meta_checksums') is None:
         if m['parts']: warnings.warn(f"datastore {path} records no checksums (built by an older version): its content "
@@ -584,18 +721,22 @@ def verify_store(path, m: dict | None = None) -> bool:
     verify_checksums(_meta_present(path, m), m['meta_checksums'], 'datastore metadata', fix)
     h, vec = m['hidden'], _vectors_file(path, m)
     need, have = m['shape'][0] * h * 2, vec.stat().st_size if vec.exists() else 0
-    if have < need: raise ValueError(f"{vec}: truncated or missing ({have} bytes < {need} for shape {m['shape']}); {fix}")
+    if have < need:
+        raise ValueError(f"{vec}: truncated or missing ({have} bytes < {need} for shape {m['shape']}); {fix}")
     unchecked = [f"{i + 1} ({p['source']})" for i, p in enumerate(m['parts']) if p['n_vectors'] and 'xxh3' not in p]
     if unchecked:  # as when meta_checksums is gone: say so on every open, check what can be checked
-        warnings.warn(f"datastore {path}: part {', '.join(unchecked)} of its manifest records no checksum of its vectors "
-                      f"(the manifest was edited, or written by an older version): those vectors cannot be verified; "
-                      f"rebuild it to get them ({_rebuild(path)})")
+        warnings.warn(
+            f"datastore {path}: part {', '.join(unchecked)} of its manifest records no checksum of its vectors "
+            f"(the manifest was edited, or written by an older version): those vectors cannot be verified; "
+            f"rebuild it to get them ({_rebuild(path)})"
+        )
     for i, p in enumerate(m['parts']):
         if 'xxh3' not in p or not p['n_vectors']: continue
         r0, r1 = p['rows']
         if file_checksum(vec, r0 * h * 2, (r1 - r0) * h * 2) != p['xxh3']:
             bad.append(f"rows {r0}:{r1} (part {i + 1}, {p['source']})")
-    if bad: raise ValueError(f"datastore {path}: the vectors of {', '.join(bad)} changed since they were written; {fix}")
+    if bad:
+        raise ValueError(f"datastore {path}: the vectors of {', '.join(bad)} changed since they were written; {fix}")
     if unchecked: return False  # not remembered: the warning comes again on the next open
     _remember(path, m)
     return True
@@ -611,9 +752,11 @@ def verify(self: Datastore):
 def _check(m: dict, model=None, tok=None, path=''):
     "Raise a clear error when `model` / `tok` are not the ones the manifest at `path` was built with."
     if model is not None and (fp := encoder_fingerprint(model)) != m['encoder']:
-        raise ValueError(f"encoder mismatch: datastore {path} was built with encoder {m['encoder']} but this model is {fp}; "
-                         "its vectors live in another space. Rebuild the datastore with this model (a new path: "
-                         "model.build_datastore(docs, path)), or use the model it was built with.")
+        raise ValueError(
+            f"encoder mismatch: datastore {path} was built with encoder {m['encoder']} but this model is {fp}; "
+            "its vectors live in another space. Rebuild the datastore with this model (a new path: "
+            "model.build_datastore(docs, path)), or use the model it was built with."
+        )
     if tok is not None and (ft := tokenizer_fingerprint(tok)) != m['tokenizer']:
         raise ValueError(f"tokenizer mismatch: datastore {path} was built with tokenizer {m['tokenizer_name']!r} "
                          f"({m['tokenizer']}) but this one is {tok.name_or_path!r} ({ft}); load the tokenizer saved "
@@ -621,24 +764,48 @@ def _check(m: dict, model=None, tok=None, path=''):
 
 # %% ../../nbs/10_datastore.ipynb #60c2728e
 @patch(cls_method=True)
-def _create(cls: Datastore, path, model, tok, max_len=256, remove_stopwords=False, source='corpus', amp=None, verify=None):
+def _create(cls: Datastore, path, model, tok, max_len=256, remove_stopwords=False, source='corpus', amp=None,
+            verify=None):
     "Create an empty datastore at `path` (or open the one there after checking it matches)."
     path = Path(path)
-    if (path/'manifest.json').exists():
-        m = _read_manifest(path); _check(m, model, tok, path)
+    if (path / 'manifest.json').exists():
+        m = _read_manifest(path)
+        _check(m, model, tok, path)
         for k, v in dict(max_len=max_len, remove_stopwords=remove_stopwords, amp=amp).items():
-            if m.get(k) != v: raise ValueError(f"datastore {path} was built with {k}={m.get(k)!r}, not {v!r}; use another path")
+            if m.get(k) != v:
+                raise ValueError(f"datastore {path} was built with {k}={m.get(k)!r}, not {v!r}; use another path")
         return cls(path, model, tok, allow_unfinished=True, verify=verify)
-    check_tokenizer(tok); check_pair(model, tok); path.mkdir(parents=True, exist_ok=True)
+    check_tokenizer(tok)
+    check_pair(model, tok)
+    path.mkdir(parents=True, exist_ok=True)
     stop = stopword_ids(tok) if remove_stopwords else np.zeros(0, np.int64)
     name = str(getattr(model, 'name_or_path', '') or '')  # the folder or alias it was loaded from ('' if built in code)
-    atomic_write_json(path/'manifest.json', dict(
-        format=FORMAT_VERSION, encoder=encoder_fingerprint(model), encoder_name=str(Path(name).resolve()) if name and Path(name).is_dir() else name,
-        tokenizer=tokenizer_fingerprint(tok),
-        tokenizer_name=str(tok.name_or_path), hidden=hidden_size(model), dtype='float16', shape=[0, hidden_size(model)],
-        vector='last_hidden_state (no 1/sqrt(h) scale)', stored='valid_start | valid_end' + (' minus stopwords' if remove_stopwords else ''),
-        max_len=max_len, remove_stopwords=remove_stopwords, stop_ids=stop.tolist(), source=source, amp=amp,
-        corpus=None, parts=[], n_docs=0, n_blocks=0, generation=0, created=time.strftime('%Y-%m-%d %H:%M:%S')))
+    atomic_write_json(
+        path / 'manifest.json',
+        dict(
+            format=FORMAT_VERSION,
+            encoder=encoder_fingerprint(model),
+            encoder_name=str(Path(name).resolve()) if name and Path(name).is_dir() else name,
+            tokenizer=tokenizer_fingerprint(tok),
+            tokenizer_name=str(tok.name_or_path),
+            hidden=hidden_size(model),
+            dtype='float16',
+            shape=[0, hidden_size(model)],
+            vector='last_hidden_state (no 1/sqrt(h) scale)',
+            stored='valid_start | valid_end' + (' minus stopwords' if remove_stopwords else ''),
+            max_len=max_len,
+            remove_stopwords=remove_stopwords,
+            stop_ids=stop.tolist(),
+            source=source,
+            amp=amp,
+            corpus=None,
+            parts=[],
+            n_docs=0,
+            n_blocks=0,
+            generation=0,
+            created=time.strftime('%Y-%m-%d %H:%M:%S'),
+        ),
+    )
     return cls(path, model, tok, allow_unfinished=True)
 
 # %% ../../nbs/10_datastore.ipynb #4561b4f6
@@ -651,7 +818,8 @@ def load(cls: Datastore, path, # a datastore folder
                                      # now (and $NPM_NB_VERIFY is not 0), True = always, False = never (faster)
         ) -> Datastore:
     "Open the datastore at `path`; a different encoder or tokenizer than the manifest's is an error."
-    path = Path(path); _check_store_path(path)
+    path = Path(path)
+    _check_store_path(path)
     if not (path/'manifest.json').exists():
         hint = ' (an unfinished build: call Datastore.build again to continue it)' if (path/'pending').exists() else ''
         raise FileNotFoundError(f"no datastore at {path}: manifest.json missing{hint}")
@@ -665,31 +833,41 @@ def load(cls: Datastore, path, # a datastore folder
 def _prepare(self, new_docs, source, input_fp=None):
     "Stage the new documents in `pending/` (blocks, rows, empty memmap, progress); reuse a matching earlier stage."
     pend, m = _pending_dir(self.path), self.manifest
-    table = _doc_table(new_docs, start=m.get('next_doc', m['n_docs'])); fp = corpus_fingerprint(table)
+    table = _doc_table(new_docs, start=m.get('next_doc', m['n_docs']))
+    fp = corpus_fingerprint(table)
     key = dict(base_generation=m['generation'], base_rows=len(self), corpus=fp, encoder=m['encoder'])
     st = read_json(pend/'stage.json', fix=f'delete {pend} and call again (the pending documents are encoded anew)') \
          if (pend/'stage.json').exists() else None
     if st is not None and st.get('kind') != 'remove':  # an unfinished remove never committed: it is discarded
         if {k: st[k] for k in key} == key: return st
-        raise ValueError(f"{pend} holds an unfinished build of other documents (corpus {st['corpus']}, this call {fp}); "
-                         "call again with those documents to finish it, or delete that folder to discard it")
-    shutil.rmtree(pend, ignore_errors=True); pend.mkdir(parents=True)
+        raise ValueError(
+            f"{pend} holds an unfinished build of other documents (corpus {st['corpus']}, this call {fp}); "
+            "call again with those documents to finish it, or delete that folder to discard it"
+        )
+    shutil.rmtree(pend, ignore_errors=True)
+    pend.mkdir(parents=True)
     blocks = build_blocks(table, tok=self.tok, max_len=m['max_len'], source=source, progress=False)
     nb0, nd0 = m['n_blocks'], m['n_docs']
     if nb0 or nd0:  # number the new blocks and documents after the existing ones
-        col = blocks.data.column('doc_index').combine_chunks(); offs = col.offsets.to_numpy()  # in Arrow: no Python int a token
-        di = type(col).from_arrays(pa.array(offs - offs[0], col.offsets.type), pa.array(col.flatten().to_numpy() + nd0, col.type.value_type))
+        col = blocks.data.column('doc_index').combine_chunks()
+        offs = col.offsets.to_numpy()  # in Arrow: no Python int a token
+        di = type(col).from_arrays(
+            pa.array(offs - offs[0], col.offsets.type), pa.array(col.flatten().to_numpy() + nd0, col.type.value_type)
+        )
         blocks = (blocks.remove_columns(['doc_index', 'block_id']).add_column('doc_index', di)
                   .add_column('block_id', [f'{source}:{nb0 + i}' for i in range(len(blocks))]))
     vb, vp, counts = _rows_for(blocks, self.stop_ids, start_block=nb0)
     try:
         with _room(pend):
-            _save_dataset(table, pend/'docs'); _save_dataset(blocks, pend/'blocks')
-            np.savez(pend/'rows.npz', vec_block=vb, vec_pos=vp, counts=counts)
-        with _room(pend/'vectors.tmp'):  # a sparse file would die with SIGBUS on a full disk
-            reserve_space(pend/'vectors.tmp', max(len(vb), 1) * self.hidden * 2)
-            np.memmap(pend/'vectors.tmp', dtype=np.float16, mode='r+', shape=(max(len(vb), 1), self.hidden)).flush()
-    except OSError: shutil.rmtree(pend, ignore_errors=True); raise  # no stage.json yet: nothing to continue, give the room back
+            _save_dataset(table, pend / 'docs')
+            _save_dataset(blocks, pend / 'blocks')
+            np.savez(pend / 'rows.npz', vec_block=vb, vec_pos=vp, counts=counts)
+        with _room(pend / 'vectors.tmp'):  # a sparse file would die with SIGBUS on a full disk
+            reserve_space(pend / 'vectors.tmp', max(len(vb), 1) * self.hidden * 2)
+            np.memmap(pend / 'vectors.tmp', dtype=np.float16, mode='r+', shape=(max(len(vb), 1), self.hidden)).flush()
+    except OSError:
+        shutil.rmtree(pend, ignore_errors=True)
+        raise  # no stage.json yet: nothing to continue, give the room back
     st = dict(key, source=source, n_docs=len(table), n_blocks=len(blocks), n_vectors=int(len(vb)), input=input_fp)
     atomic_write_json(pend/'progress.json', dict(blocks_done=0))
     atomic_write_json(pend/'stage.json', st)  # written last: a stage without it is redone from scratch
@@ -704,37 +882,56 @@ def _encode_pending(self, batch_size, device, progress):
     done = read_json(pend/'progress.json', fix=f'delete {pend} and call again')['blocks_done']
     if done >= len(blocks): return
     mm = np.memmap(pend/'vectors.tmp', dtype=np.float16, mode='r+', shape=(max(int(starts[-1]), 1), self.hidden))
-    bar = tqdm(total=len(blocks), initial=done, desc=f'encode[{self.manifest["source"]}]', disable=not progress, unit='block')
+    bar = tqdm(
+        total=len(blocks), initial=done, desc=f'encode[{self.manifest["source"]}]', disable=not progress, unit='block'
+    )
     step = batch_size  # progress is recorded after every forward pass
     for b in range(done, len(blocks), step):
-        e = min(b + step, len(blocks)); r0 = starts[b]
+        e = min(b + step, len(blocks))
+        r0 = starts[b]
         for k, h in enumerate(encode_blocks(self.model, self.tok, blocks.select(range(b, e)), batch_size, device,
                                             amp=self.manifest.get('amp'))):  # the precision the store was created with
             s0, s1 = starts[b + k], starts[b + k + 1]
             mm[s0:s1] = h[vp[s0:s1]].astype(np.float16)
-        mm.flush(); atomic_write_json(pend/'progress.json', dict(blocks_done=e)); bar.update(e - b)
-    bar.close(); del mm
+        mm.flush()
+        atomic_write_json(pend / 'progress.json', dict(blocks_done=e))
+        bar.update(e - b)
+    bar.close()
+    del mm
 
 # %% ../../nbs/10_datastore.ipynb #d25a5650
 def _commit(self, st):
     "Write the merged metadata as a new generation, decide the commit (`pending/commit.json`), then carry it out."
     pend, m = self.path/'pending', dict(self.manifest)
-    g = m['generation'] + 1; meta = self.path/f'meta-{g}'
-    z = np.load(pend/'rows.npz'); new_docs, new_blocks = load_from_disk(str(pend/'docs')), load_from_disk(str(pend/'blocks'))
+    g = m['generation'] + 1
+    meta = self.path / f'meta-{g}'
+    z = np.load(pend / 'rows.npz')
+    new_docs, new_blocks = load_from_disk(str(pend / 'docs')), load_from_disk(str(pend / 'blocks'))
     cat = lambda old, new: new if old is None else concatenate_datasets([old, new])
     bvs = np.concatenate([self.block_vec_start, len(self) + np.cumsum(z['counts'])]).astype(np.int64)
     with _room(meta):
         meta.mkdir(exist_ok=True)
-        _save_dataset(cat(self.docs, new_docs), meta/'docs'); _save_dataset(cat(self.blocks, new_blocks), meta/'blocks')
+        _save_dataset(cat(self.docs, new_docs), meta / 'docs')
+        _save_dataset(cat(self.blocks, new_blocks), meta / 'blocks')
         np.savez(meta/'rows.npz', vec_block=np.concatenate([self.vec_block, z['vec_block']]),
                  vec_pos=np.concatenate([self.vec_pos, z['vec_pos']]), block_vec_start=bvs)
     n_new, h, N0 = st['n_vectors'], self.hidden, len(self)
     part = {k: st[k] for k in ('source', 'n_docs', 'n_blocks', 'n_vectors', 'corpus')}
     part.update(input=st.get('input') or st['corpus'], rows=[N0, N0 + n_new],
                 xxh3=file_checksum(pend/'vectors.tmp', 0, n_new * h * 2))
-    m.update(generation=g, shape=[N0 + n_new, h], n_docs=m['n_docs'] + st['n_docs'], next_doc=m.get('next_doc', m['n_docs']) + st['n_docs'], n_blocks=m['n_blocks'] + st['n_blocks'],
-             parts=m['parts'] + [part], updated=time.strftime('%Y-%m-%d %H:%M:%S'), meta_checksums=folder_checksums(meta),
-             corpus=hashlib.sha256(f"{m['corpus']}+{st['corpus']}".encode()).hexdigest()[:16] if m['parts'] else st['corpus'])
+    m.update(
+        generation=g,
+        shape=[N0 + n_new, h],
+        n_docs=m['n_docs'] + st['n_docs'],
+        next_doc=m.get('next_doc', m['n_docs']) + st['n_docs'],
+        n_blocks=m['n_blocks'] + st['n_blocks'],
+        parts=m['parts'] + [part],
+        updated=time.strftime('%Y-%m-%d %H:%M:%S'),
+        meta_checksums=folder_checksums(meta),
+        corpus=hashlib.sha256(f"{m['corpus']}+{st['corpus']}".encode()).hexdigest()[:16]
+        if m['parts']
+        else st['corpus'],
+    )
     atomic_write_json(pend/'commit.json', {'manifest': m, 'base_rows': N0})  # decided: any later call finishes it
     _finish_commit(self.path)
     _remember(self.path, m)  # hashed just now
@@ -752,20 +949,29 @@ def _finish_commit(path: Path):
         if c.get('replace'):  # a remove: the rewritten copy becomes a new file; the old one serves the old manifest
             if tmp.exists(): os.replace(tmp, vec)
             elif not vec.exists() or vec.stat().st_size < m['shape'][0] * h * 2:
-                raise ValueError(f"{pend}: the commit cannot finish, vectors.tmp is missing; delete {pend} and remove again")
-        elif N0 == 0 and not tmp.exists() and vec.exists() and vec.stat().st_size >= n_new * h * 2: pass  # renamed already
+                raise ValueError(
+                    f"{pend}: the commit cannot finish, vectors.tmp is missing; delete {pend} and remove again"
+                )
+        # renamed already
+        elif N0 == 0 and not tmp.exists() and vec.exists() and vec.stat().st_size >= n_new * h * 2: pass
         elif not tmp.exists():
-            raise ValueError(f"{pend}: the commit cannot finish, vectors.tmp is missing; delete {pend} and run the same "
-                             "build/add again (its documents are encoded anew)")
+            raise ValueError(
+                f"{pend}: the commit cannot finish, vectors.tmp is missing; delete {pend} and run the same "
+                "build/add again (its documents are encoded anew)"
+            )
         elif N0 == 0: os.replace(tmp, vec)  # a new store: the finished temp file becomes the store
         else:
             with _room(vec), open(vec, 'r+b') as f, open(tmp, 'rb') as src:
-                f.truncate(N0 * h * 2); f.seek(N0 * h * 2)  # drop bytes of an earlier interrupted append
+                f.truncate(N0 * h * 2)
+                f.seek(N0 * h * 2)  # drop bytes of an earlier interrupted append
                 while chunk := src.read(1 << 26): f.write(chunk)
-                f.truncate((N0 + n_new) * h * 2); f.flush(); os.fsync(f.fileno())
+                f.truncate((N0 + n_new) * h * 2)
+                f.flush()
+                os.fsync(f.fileno())
         atomic_write_json(path/'manifest.json', m)  # the commit point
     done = path/f'.pending-done-{os.getpid()}'
-    shutil.rmtree(done, ignore_errors=True); os.replace(pend, done)
+    shutil.rmtree(done, ignore_errors=True)
+    os.replace(pend, done)
     for old in path.glob('meta-*'):
         if old.name != f"meta-{m['generation']}": shutil.rmtree(old, ignore_errors=True)
     for old in path.glob('vectors*.f16'):  # the previous version's vectors after a remove (open readers keep theirs)
@@ -777,33 +983,46 @@ def _recover(path: Path):
     "Finish a commit that was decided but interrupted (a crash, a kill), and remove what finished commits left."
     path = Path(path)
     for d in path.glob('.pending-done-*'): shutil.rmtree(d, ignore_errors=True)
-    if (path/'pending').is_symlink() or not (path/'pending'/'commit.json').exists(): return  # a link: add / remove say so
+    if (path / 'pending').is_symlink() or not (path / 'pending' / 'commit.json').exists():
+        return  # a link: add / remove say so
     try:
         with hold_lock(path, 'datastore'):
-            if (path/'pending'/'commit.json').exists(): _finish_commit(path)
-    except LockedError: pass  # its writer is finishing it right now; the old manifest stays valid until then
-    except OSError as e:  # a full or read-only disk: the previous generation is intact (the manifest is the commit point)
-        warnings.warn(f"{path}: a decided commit could not be finished ({type(e).__name__}: {e.strerror or e}); the "
-                      "previous committed version is used; free disk space (or make the folder writable) and open or "
-                      "add again to finish it", stacklevel=3)
+            if (path / 'pending' / 'commit.json').exists():
+                _finish_commit(path)
+    except LockedError:
+        pass  # its writer is finishing it right now; the old manifest stays valid until then
+    except (
+        OSError
+    ) as e:  # a full or read-only disk: the previous generation is intact (the manifest is the commit point)
+        warnings.warn(
+            f"{path}: a decided commit could not be finished ({type(e).__name__}: {e.strerror or e}); the "
+            "previous committed version is used; free disk space (or make the folder writable) and open or "
+            "add again to finish it",
+            stacklevel=3,
+        )
 
 # %% ../../nbs/10_datastore.ipynb #2d0ed47b
 def _same_file(a: str, b: str) -> bool:
-    "Whether ids `a` and `b` name one file seen from two folders (`README.txt` and `a/README.txt`): one ends with the other."
+    "Whether ids `a` and `b` name one file seen from two folders (`README.txt`, `a/README.txt`): one ends the other."
     return a != b and (a.endswith('/' + b) or b.endswith('/' + a))
 
 # %% ../../nbs/10_datastore.ipynb #bab06864
 def _new_documents(self, docs):
     "`(documents not yet in the store or None, fingerprint of docs)`: an `add` repeated after it finished adds nothing."
-    table = _doc_table(docs); fp = corpus_fingerprint(table)  # as given (running ids from 0 when there is no id)
+    table = _doc_table(docs)
+    fp = corpus_fingerprint(table)  # as given (running ids from 0 when there is no id)
     for i, p in enumerate(self.manifest['parts']):
         if p.get('input', p['corpus']) == fp:
-            warnings.warn(f"these {len(table)} documents were already added to {self.path} (part {i + 1}): nothing to do")
+            warnings.warn(
+                f"these {len(table)} documents were already added to {self.path} (part {i + 1}): nothing to do"
+            )
             return None, fp
     cols = docs.column_names if hasattr(docs, 'column_names') else list(docs)
     if 'id' not in cols or not self.manifest['parts']: return docs, fp
     have, by_doc = {}, {}
-    for i, t, x in zip(self.doc_ids, self.titles, self.texts): have.setdefault(i, (t, x)); by_doc.setdefault((t, x), []).append(i)
+    for i, t, x in zip(self.doc_ids, self.titles, self.texts):
+        have.setdefault(i, (t, x))
+        by_doc.setdefault((t, x), []).append(i)
     keep, same, clash, moved = [], 0, [], []
     for j, (i, t, x) in enumerate(zip(table['id'], table['title'], table['text'])):
         if i not in have:
@@ -815,11 +1034,18 @@ def _new_documents(self, docs):
     if clash:
         raise ValueError(f"document ids {clash[:5]} are already in {self.path} with another title or text: add never "
                          "replaces a document; give the new versions new ids, or build a new store")
-    if same: warnings.warn(f"{same} of {len(table)} documents are already in {self.path} (same id and text): adding the other {len(keep)}")
-    if moved: warnings.warn(f"{len(moved)} of {len(table)} documents are already in {self.path} under an id that names the "
-                            f"same file from another folder, with the same text (e.g. {moved[0][0]!r} is stored as "
-                            f"{moved[0][1]!r}): left out. A file's id is its path under the common folder of the inputs: "
-                            "give the same files or folders as the build did to get the same ids")
+    if same:
+        warnings.warn(
+            f"{same} of {len(table)} documents are already in {self.path} (same id and text): adding the other "
+            f"{len(keep)}"
+        )
+    if moved:
+        warnings.warn(
+            f"{len(moved)} of {len(table)} documents are already in {self.path} under an id that names the "
+            f"same file from another folder, with the same text (e.g. {moved[0][0]!r} is stored as "
+            f"{moved[0][1]!r}): left out. A file's id is its path under the common folder of the inputs: "
+            "give the same files or folders as the build did to get the same ids"
+        )
     if not keep: return None, fp
     return (table.select(keep) if same or moved else docs), fp
 
@@ -831,20 +1057,30 @@ def add(self: Datastore, new_docs, # documents to append: a table with `text` (+
        ) -> Datastore:
     "Encode only the documents not yet in the store and append them (continues an interrupted `add`); returns `self`."
     if self.model is None or self.tok is None:
-        raise ValueError("this datastore was opened without an encoder: use Datastore.load(path, model=..., tok=...) to add documents")
-    check_count('batch_size', batch_size); new_docs = _as_columns(new_docs)  # a generator is read once, here
+        raise ValueError(
+            "this datastore was opened without an encoder: use Datastore.load(path, model=..., tok=...) to add "
+            "documents"
+        )
+    check_count('batch_size', batch_size)
+    new_docs = _as_columns(new_docs)  # a generator is read once, here
     with _room(self.path), hold_lock(self.path, 'datastore'):
-        _recover(self.path); self._open(allow_unfinished=True)  # the latest committed state
+        _recover(self.path)
+        self._open(allow_unfinished=True)  # the latest committed state
         docs, fp = _new_documents(self, new_docs)
         if docs is None: return self
         st = _prepare(self, docs, source or self.manifest['source'], fp)
         if device is not None: self.model.to(device)
-        was_training = self.model.training; self.model.eval()
+        was_training = self.model.training
+        self.model.eval()
         try: _encode_pending(self, batch_size, device, progress)
         finally: self.model.train(was_training)
         done = read_json(self.path/'pending'/'progress.json')['blocks_done']
-        if done < st['n_blocks']:  # never commit vectors that were not encoded (they would be zeros with valid checksums)
-            raise RuntimeError(f"only {done} of {st['n_blocks']} blocks were encoded: nothing was committed; call again to continue")
+        if (
+            done < st['n_blocks']
+        ):  # never commit vectors that were not encoded (they would be zeros with valid checksums)
+            raise RuntimeError(
+                f"only {done} of {st['n_blocks']} blocks were encoded: nothing was committed; call again to continue"
+            )
         _commit(self, st)
     return self
 
@@ -862,8 +1098,11 @@ def build(cls: Datastore, docs, # documents: a table with `text` (+ optional `id
                                   # every later `add` to this store encodes the same way
          ) -> Datastore:
     "Build (or continue building) the datastore of `docs` at `path`."
-    path = Path(path); check_count('batch_size', batch_size); check_max_len(max_len, model)  # npm_nb.core.SETTINGS, and the encoder's positions
-    _check_store_path(path); docs = _as_columns(docs)  # a generator is read once, here
+    path = Path(path)
+    check_count('batch_size', batch_size)
+    check_max_len(max_len, model)  # npm_nb.core.SETTINGS, and the encoder's positions
+    _check_store_path(path)
+    docs = _as_columns(docs)  # a generator is read once, here
     with _room(path), hold_lock(path, 'datastore'):
         _recover(path)
         ds = cls._create(path, model, tok, max_len, remove_stopwords, source, None if amp == 'none' else amp, verify)
@@ -871,8 +1110,10 @@ def build(cls: Datastore, docs, # documents: a table with `text` (+ optional `id
         if parts:  # already built: fine if it is this corpus, an error otherwise
             fp = corpus_fingerprint(docs)
             if parts[0]['corpus'] != fp:
-                raise ValueError(f"corpus mismatch: {path} holds corpus {parts[0]['corpus']}, not these documents ({fp}); "
-                                 "use another path, or Datastore.load(path, model, tok).add(docs) to extend it")
+                raise ValueError(
+                    f"corpus mismatch: {path} holds corpus {parts[0]['corpus']}, not these documents ({fp}); "
+                    "use another path, or Datastore.load(path, model, tok).add(docs) to extend it"
+                )
             return ds  # verified on opening
         return ds.add(docs, batch_size=batch_size, device=device, progress=progress)
 
@@ -902,8 +1143,9 @@ def _strip_block(block: dict, # a block row
                  gone: np.ndarray, # document numbers to remove
                  new_doc: np.ndarray, # old document number -> new one
                 ) -> dict | None:
-    "`block` without the tokens of the documents in `gone` (whole `[CLS] … [SEP]` pieces), renumbered; None if nothing is left."
-    d = np.asarray(block['doc_index']); keep = ~np.isin(d, gone)
+    "`block` without the tokens of the documents in `gone` (whole `[CLS] … [SEP]` pieces), renumbered; None if empty."
+    d = np.asarray(block['doc_index'])
+    keep = ~np.isin(d, gone)
     if not keep.any(): return None
     out = {k: (np.asarray(v)[keep].tolist() if k in TOKEN_COLUMNS else v) for k, v in block.items()}
     out['doc_index'] = new_doc[d[keep]].tolist()
@@ -911,28 +1153,40 @@ def _strip_block(block: dict, # a block row
 
 # %% ../../nbs/10_datastore.ipynb #3a6932bc
 def _removal_plan(self, gone: np.ndarray):
-    "`(new_doc, kept, touched)`: old -> new document numbers, the kept ones, and {block: stripped block, or None if dropped}."
-    n = self.manifest['n_docs']; new_doc = np.full(n, -1, np.int64)
-    kept = np.setdiff1d(np.arange(n), gone); new_doc[kept] = np.arange(len(kept))
+    "`(new_doc, kept, touched)`: old -> new document numbers, the kept ones, {block: stripped block or None (dropped)}."
+    n = self.manifest['n_docs']
+    new_doc = np.full(n, -1, np.int64)
+    kept = np.setdiff1d(np.arange(n), gone)
+    new_doc[kept] = np.arange(len(kept))
     touched, b0 = {}, 0
     for batch in self.blocks.data.table.select(['doc_index']).to_batches(max_chunksize=20_000):
-        col = batch.column(0); offs = col.offsets.to_numpy(); offs = offs - offs[0]
+        col = batch.column(0)
+        offs = col.offsets.to_numpy()
+        offs = offs - offs[0]
         for b in np.unique(np.searchsorted(offs, np.flatnonzero(np.isin(col.flatten().to_numpy(), gone)), 'right') - 1):
             touched[b0 + int(b)] = _strip_block(self.blocks[b0 + int(b)], gone, new_doc)
         b0 += len(batch)
     return new_doc, kept, touched
 
 # %% ../../nbs/10_datastore.ipynb #b54f712d
+# `copies`: [(old r0, old r1, new r0)] row ranges copied; `encodes`: [(block, positions, new r0)] blocks encoded again
 def _kept_rows(self, touched: dict):
-    "`(vec_block, vec_pos, block_vec_start, copies, encodes)` after removal: `copies` [(old r0, old r1, new r0)], `encodes` [(block, positions, new r0)]."
-    counts = np.diff(self.block_vec_start); nc, vp, copies, encodes, prev, row = [], [], [], [], 0, 0
+    "Rows after removal, `(vec_block, vec_pos, block_vec_start, copies, encodes)`; `copies` and `encodes` as above."
+    counts = np.diff(self.block_vec_start)
+    nc, vp, copies, encodes, prev, row = [], [], [], [], 0, 0
     for b in sorted(touched) + [len(counts)]:
         r0, r1 = int(self.block_vec_start[prev]), int(self.block_vec_start[b])
-        nc.append(counts[prev:b]); vp.append(self.vec_pos[r0:r1])
-        if r1 > r0: copies.append((r0, r1, row)); row += r1 - r0
+        nc.append(counts[prev:b])
+        vp.append(self.vec_pos[r0:r1])
+        if r1 > r0:
+            copies.append((r0, r1, row))
+            row += r1 - r0
         if b < len(counts) and touched[b] is not None:
             p = stored_positions(touched[b], self.stop_ids)
-            encodes.append((touched[b], p, row)); nc.append([len(p)]); vp.append(p.astype(np.int16)); row += len(p)
+            encodes.append((touched[b], p, row))
+            nc.append([len(p)])
+            vp.append(p.astype(np.int16))
+            row += len(p)
         prev = b + 1
     nc = np.concatenate(nc).astype(np.int64)
     return (np.repeat(np.arange(len(nc), dtype=np.int32), nc), np.concatenate(vp).astype(np.int16),
@@ -944,8 +1198,10 @@ def _kept_blocks(self, touched: dict, new_doc: np.ndarray, out: Path):
     tbl, b0 = self.blocks.data.table, 0
     with pa.OSFile(str(out), 'wb') as sink, pa.ipc.new_stream(sink, tbl.schema) as w:
         for batch in tbl.to_batches(max_chunksize=20_000):
-            t = pa.Table.from_batches([batch], tbl.schema); i = t.schema.get_field_index('doc_index')
-            col = t.column(i).combine_chunks(); offs = col.offsets.to_numpy()
+            t = pa.Table.from_batches([batch], tbl.schema)
+            i = t.schema.get_field_index('doc_index')
+            col = t.column(i).combine_chunks()
+            offs = col.offsets.to_numpy()
             t = t.set_column(i, t.schema.field(i), type(col).from_arrays(pa.array(offs - offs[0], col.offsets.type),
                              pa.array(new_doc[col.flatten().to_numpy()], col.type.value_type)))
             start = 0
@@ -958,15 +1214,25 @@ def _kept_blocks(self, touched: dict, new_doc: np.ndarray, out: Path):
 
 # %% ../../nbs/10_datastore.ipynb #6ce3b26d
 def _kept_vectors(self, out: Path, n: int, copies, encodes, batch_size, device, progress):
-    "Write the `n` rows after removal to `out`: copied in chunks, the stripped blocks encoded (with the store's precision)."
+    "Write the `n` rows after removal to `out`: copied in chunks, the stripped blocks encoded (store's precision)."
     reserve_space(out, max(n, 1) * self.hidden * 2)
     mm = np.memmap(out, dtype=np.float16, mode='r+', shape=(max(n, 1), self.hidden))
     for r0, r1, to in copies:
-        for a in range(r0, r1, 1 << 20): e = min(r1, a + (1 << 20)); mm[to + a - r0:to + e - r0] = self.vectors[a:e]
+        for a in range(r0, r1, 1 << 20):
+            e = min(r1, a + (1 << 20))
+            mm[to + a - r0 : to + e - r0] = self.vectors[a:e]
     bar = tqdm(total=len(encodes), desc='re-encode', disable=not progress or not encodes, unit='block')
-    hs = encode_blocks(self.model, self.tok, [e[0] for e in encodes], batch_size, device, amp=self.manifest.get('amp')) if encodes else []
-    for (_, p, to), h in zip(encodes, hs): mm[to:to + len(p)] = h[p].astype(np.float16); bar.update()
-    bar.close(); mm.flush(); del mm
+    hs = (
+        encode_blocks(self.model, self.tok, [e[0] for e in encodes], batch_size, device, amp=self.manifest.get('amp'))
+        if encodes
+        else []
+    )
+    for (_, p, to), h in zip(encodes, hs):
+        mm[to : to + len(p)] = h[p].astype(np.float16)
+        bar.update()
+    bar.close()
+    mm.flush()
+    del mm
 
 # %% ../../nbs/10_datastore.ipynb #37afeb41
 def _kept_parts(self, touched: dict, kept: np.ndarray, bvs: np.ndarray, docs, vec: Path) -> list:
@@ -977,7 +1243,8 @@ def _kept_parts(self, touched: dict, kept: np.ndarray, bvs: np.ndarray, docs, ve
         nb = p['n_blocks'] - int(((dropped >= B) & (dropped < B + p['n_blocks'])).sum())
         mine = np.flatnonzero((kept >= D) & (kept < D + p['n_docs']))  # its kept documents' new numbers
         if len(mine):
-            r0, r1 = int(bvs[nb_new]), int(bvs[nb_new + nb]); q = dict(p, n_blocks=nb, n_docs=len(mine), n_vectors=r1 - r0, rows=[r0, r1])
+            r0, r1 = int(bvs[nb_new]), int(bvs[nb_new + nb])
+            q = dict(p, n_blocks=nb, n_docs=len(mine), n_vectors=r1 - r0, rows=[r0, r1])
             if len(mine) < p['n_docs'] or any(B <= b < B + p['n_blocks'] for b in touched):
                 fp = corpus_fingerprint(docs.select(mine))
                 q.update(corpus=fp, input=fp, xxh3=file_checksum(vec, r0 * h * 2, (r1 - r0) * h * 2),
@@ -993,42 +1260,69 @@ def _corpus_chain(parts) -> str:
     for p in parts[1:]: c = hashlib.sha256(f"{c}+{p['corpus']}".encode()).hexdigest()[:16]
     return c
 
+# %% ../../nbs/10_datastore.ipynb #c345f201
+def _documents_to_remove(self, ids: set, missing_ok: bool) -> tuple[list, np.ndarray]:
+    "`(ids the store holds, numbers of the documents to remove)`; a clear error for unknown ids or removing all."
+    have = self.doc_ids
+    unknown = sorted(ids - set(have))
+    if unknown and not missing_ok:
+        raise ValueError(
+            f"document ids {unknown[:5]} are not in {self.path} (it holds {len(have)}, e.g. {have[:3]}): nothing was "
+            "removed; ds.doc_ids (npm-nb info STORE --ids) lists them, missing_ok=True ignores unknown ids"
+        )
+    gone = np.array([d for d, i in enumerate(have) if i in ids], np.int64)
+    if not len(gone): return have, gone
+    if len(gone) == len(have):
+        raise ValueError(f"removing all {len(have)} documents would leave {self.path} empty: delete the folder instead")
+    return have, gone
+
 # %% ../../nbs/10_datastore.ipynb #0294a818
 @patch
 def remove(self: Datastore, ids, # document ids to remove (see `ds.doc_ids`): one, or a list
             batch_size: int = 32, device: str | None = None, progress: bool = True,
             missing_ok: bool = False, # ignore ids the store lacks (default: an error naming them; nothing removed)
            ) -> Datastore:
-    "Remove documents by id; blocks they shared with kept documents are encoded again. Atomic, as `add`; returns `self`."
-    ids = {str(i) for i in ([ids] if isinstance(ids, (str, int)) else ids)}; check_count('batch_size', batch_size)
+    "Remove documents by id; blocks shared with kept documents are encoded again. Atomic, as `add`; returns `self`."
+    ids = {str(i) for i in ([ids] if isinstance(ids, (str, int)) else ids)}
+    check_count('batch_size', batch_size)
     with _room(self.path), hold_lock(self.path, 'datastore'):
-        _recover(self.path); self._open(); pend, m = _pending_dir(self.path), dict(self.manifest)
+        _recover(self.path)
+        self._open()
+        pend, m = _pending_dir(self.path), dict(self.manifest)
         if (pend/'stage.json').exists() and read_json(pend/'stage.json', fix=f'delete {pend}').get('kind') != 'remove':
-            raise ValueError(f"{pend} holds an unfinished add: call add again with its documents to finish it (or delete that folder), then remove")
-        have = self.doc_ids; unknown = sorted(ids - set(have))
-        if unknown and not missing_ok:
-            raise ValueError(f"document ids {unknown[:5]} are not in {self.path} (it holds {len(have)}, e.g. {have[:3]}): nothing was "
-                             "removed; ds.doc_ids (npm-nb info STORE --ids) lists them, missing_ok=True ignores unknown ids")
-        gone = np.array([d for d, i in enumerate(have) if i in ids], np.int64)
+            raise ValueError(
+                f"{pend} holds an unfinished add: call add again with its documents to finish it (or delete that "
+                "folder), then remove"
+            )
+        have, gone = _documents_to_remove(self, ids, missing_ok)
         if not len(gone): return self
-        if len(gone) == len(have): raise ValueError(f"removing all {len(have)} documents would leave {self.path} empty: delete the folder instead")
         new_doc, kept, touched = _removal_plan(self, gone)
         encode = any(s is not None for s in touched.values())
         if encode and (self.model is None or self.tok is None):
-            raise ValueError("these documents share blocks with others, which are encoded again without them: open the store "
-                             "with its encoder, Datastore.load(path, model=..., tok=...)")
-        shutil.rmtree(pend, ignore_errors=True); pend.mkdir()
-        atomic_write_json(pend/'stage.json', dict(kind='remove', ids=sorted(ids & set(have)), base_generation=m['generation']))
+            raise ValueError(
+                "these documents share blocks with others, which are encoded again without them: open the store "
+                "with its encoder, Datastore.load(path, model=..., tok=...)"
+            )
+        shutil.rmtree(pend, ignore_errors=True)
+        pend.mkdir()
+        atomic_write_json(
+            pend / 'stage.json', dict(kind='remove', ids=sorted(ids & set(have)), base_generation=m['generation'])
+        )
         vb, vp, bvs, copies, encodes = _kept_rows(self, touched)
         if encode:
             if device is not None: self.model.to(device)
-            was_training = self.model.training; self.model.eval()
+            was_training = self.model.training
+            self.model.eval()
         try: _kept_vectors(self, pend/'vectors.tmp', len(vb), copies, encodes, batch_size, device, progress)
         finally:
             if encode: self.model.train(was_training)
-        g = m['generation'] + 1; meta = self.path/f'meta-{g}'; meta.mkdir(exist_ok=True)
-        _kept_blocks(self, touched, new_doc, pend/'blocks.arrow'); docs = self.docs.select(kept)
-        _save_dataset(Dataset.from_file(str(pend/'blocks.arrow')), meta/'blocks'); _save_dataset(docs, meta/'docs')
+        g = m['generation'] + 1
+        meta = self.path / f'meta-{g}'
+        meta.mkdir(exist_ok=True)
+        _kept_blocks(self, touched, new_doc, pend / 'blocks.arrow')
+        docs = self.docs.select(kept)
+        _save_dataset(Dataset.from_file(str(pend / 'blocks.arrow')), meta / 'blocks')
+        _save_dataset(docs, meta / 'docs')
         np.savez(meta/'rows.npz', vec_block=vb, vec_pos=vp, block_vec_start=bvs)
         parts = _kept_parts(self, touched, kept, bvs, docs, pend/'vectors.tmp')
         m.update(generation=g, shape=[len(vb), self.hidden], n_docs=len(kept), n_blocks=len(bvs) - 1, parts=parts,
@@ -1037,5 +1331,6 @@ def remove(self: Datastore, ids, # document ids to remove (see `ds.doc_ids`): on
                  meta_checksums=folder_checksums(meta))
         atomic_write_json(pend/'commit.json', {'manifest': m, 'base_rows': len(vb), 'replace': True})  # decided
         _finish_commit(self.path)
-        _remember(self.path, m); self._open(verify=False)  # hashed just now
+        _remember(self.path, m)
+        self._open(verify=False)  # hashed just now
     return self
