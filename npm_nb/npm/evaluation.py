@@ -15,6 +15,7 @@ from ..data.fetch import raw_file
 from .datastore import STOPWORDS, derived
 from .inference import (BM25Retriever, block_texts, bm25_query, check_bm25, check_inputs, neighbours,
                                   predict_phrases, similarity, token_distribution, token_table)
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['EVALUATIVE_HEADS', 'JUDGEMENT_EXTRA', 'exact_match', 'group_em', 'macro_em', 'accuracy', 'majority_baseline',
@@ -47,6 +48,7 @@ def _records(rows) -> pd.DataFrame:
 def _group_key(df: pd.DataFrame, by: str) -> pd.Series:
     return df[by].clip(upper=4).map(lambda b: '4+' if b >= 4 else str(int(b))) if by == 'bucket' else df[by].astype(str)
 
+# %% ../../nbs/14_evaluation.ipynb #ebc147a8
 def group_em(hits, # per-example EM (bools)
              groups, # per-example group key
             ) -> pd.DataFrame:
@@ -54,6 +56,7 @@ def group_em(hits, # per-example EM (bools)
     t = pd.DataFrame({'group': list(groups), 'hit': np.asarray(hits, dtype=float)})
     return t.groupby('group', sort=True).hit.agg(n='size', em='mean').reset_index().assign(em=lambda d: 100*d.em)
 
+# %% ../../nbs/14_evaluation.ipynb #b06fcb49
 def macro_em(rows, # examples with an `answers` column (DataFrame, Dataset or list of dicts)
              preds, # one predicted string per row
              by: str = 'bucket', # the grouping column: bucket (1/2/3/4+), lang, changed, ...
@@ -73,6 +76,7 @@ def accuracy(preds, labels) -> float:
     if len(preds) != len(labels): raise ValueError(f"{len(preds)} predictions for {len(labels)} labels")
     return float(100 * (preds == labels).mean()) if len(labels) else float('nan')
 
+# %% ../../nbs/14_evaluation.ipynb #90e40ba0
 def majority_baseline(labels) -> tuple:
     "`(majority label, its accuracy in %)` on the evaluated labels."
     label, count = Counter(np.asarray(labels).tolist()).most_common(1)[0]
@@ -84,6 +88,7 @@ def _avg_ranks(x: np.ndarray) -> np.ndarray:
     o = np.argsort(x, kind='mergesort'); _, start, counts = np.unique(x[o], return_index=True, return_counts=True)
     r = np.empty(len(x)); r[o] = np.repeat(start + (counts + 1) / 2, counts); return r
 
+# %% ../../nbs/14_evaluation.ipynb #8fd379ba
 def roc_auc(scores, # one score per example (higher = more positive)
             positive, # booleans: is the example positive?
            ) -> float:
@@ -93,16 +98,19 @@ def roc_auc(scores, # one score per example (higher = more positive)
     if not n1 or not n0: return float('nan')
     return float((_avg_ranks(s)[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
+# %% ../../nbs/14_evaluation.ipynb #7edd553f
 def auc_se(auc: float, n_pos: int, n_neg: int) -> float:
     "Standard error of an AUC (Hanley & McNeil 1982)."
     q1, q2 = auc / (2 - auc), 2 * auc**2 / (1 + auc)
     return float(np.sqrt(max(auc * (1 - auc) + (n_pos - 1) * (q1 - auc**2) + (n_neg - 1) * (q2 - auc**2), 0) / (n_pos * n_neg)))
 
+# %% ../../nbs/14_evaluation.ipynb #f73aa437
 def label_scores(probs) -> np.ndarray:
     "Label probabilities normalised per example (uniform where an example has no mass): [n, L]."
     p = np.asarray(probs, float); s = p.sum(1, keepdims=True)
     return np.where(s > 0, p / np.where(s > 0, s, 1), 1 / p.shape[1])
 
+# %% ../../nbs/14_evaluation.ipynb #8cbac47a
 def macro_auc(probs, # [n, L] label probabilities
               labels, # gold label ids
              ) -> tuple:
@@ -114,6 +122,7 @@ def macro_auc(probs, # [n, L] label probabilities
     if not aucs: return float('nan'), float('nan')
     return float(np.mean([a for a, _, _ in aucs])), float(np.mean([auc_se(a, p, q) for a, p, q in aucs]))
 
+# %% ../../nbs/14_evaluation.ipynb #f7148d41
 def prior_corrected(probs, # [n, L] label probabilities
                     seed: int = 0, # the random halves
                    ) -> np.ndarray:
@@ -125,6 +134,7 @@ def prior_corrected(probs, # [n, L] label probabilities
         out[a] = p[a] / np.maximum(m, 1e-12)
     return out
 
+# %% ../../nbs/14_evaluation.ipynb #eeb7a4df
 def closed_predictions(probs) -> np.ndarray:
     "The argmax label of each example, -1 (abstain) where no label has any mass."
     p = np.asarray(probs, float)
@@ -145,6 +155,7 @@ def grouped_mean(x, # per-example scores
         means.append(v.mean()); var += v.var(ddof=1) / len(v) if len(v) > 1 else float('nan')   # one example: no spread to measure
     return float(np.mean(means)), float(np.sqrt(var) / len(means))
 
+# %% ../../nbs/14_evaluation.ipynb #a7b0fc72
 def paired_difference(a, b, # per-example scores (0/1 or %) of two models on the same examples, in the same order
                       groups=None, # per-example group labels: the difference of the macro averages over the groups
                      ) -> tuple:
@@ -154,11 +165,13 @@ def paired_difference(a, b, # per-example scores (0/1 or %) of two models on the
     if a.max(initial=0) <= 1 and b.max(initial=0) <= 1: a, b = 100 * a, 100 * b
     return grouped_mean(a - b, groups)
 
+# %% ../../nbs/14_evaluation.ipynb #50e563ba
 def mean_se(gaps, ses) -> tuple:
     "`(mean gap, its standard error)` over independent per-task gaps."
     g, s = np.asarray(gaps, float), np.asarray(ses, float)
     return float(g.mean()), float(np.sqrt((s**2).sum()) / len(s))
 
+# %% ../../nbs/14_evaluation.ipynb #caa072b9
 def gap_text(a: str, b: str, # what is compared: "a − b"
              gap: float, se: float, # the difference and its standard error
              unit: str = 'points') -> str:
@@ -185,6 +198,7 @@ def wordnet_lemmas(pos: str = 'adj', # adj | adv | noun | verb
     d = Path(dict_dir or raw_file('wordnet_dict'))
     return {l.split(' ', 1)[0] for l in (d/f'index.{pos}').read_text(encoding='latin-1').splitlines() if l[:1] not in ('', ' ')}
 
+# %% ../../nbs/14_evaluation.ipynb #d1825687
 def sentiment_words(lexicon: dict, # word → valence
                     threshold: float = 2.0, # |mean valence| at least this
                     keep: set | None = None, # only these words (e.g. WordNet adjectives); None: all
@@ -216,35 +230,40 @@ class WordNet:
             f = line.split(); p = int(f[3])
             self.senses[f[0]] = f[4 + p + 2:]  # synset offsets, most frequent sense first
 
-    def lemma(self, word: str) -> str | None:
-        "`word` or its singular (sports → sport) if WordNet has it as a noun."
-        w = word.lower().replace(' ', '_')
-        for c in (w, w[:-1] if w.endswith('s') else None, w[:-2] if w.endswith('es') else None):
-            if c and c in self.senses: return c
-        return None
-
-    def related(self, word: str, # a label word
-                relations=('synonym', 'domain', 'hyponym', 'hyponym2'), # in order of priority
-                n_senses: int = 2, # use the most frequent senses only (sense 3 of *sport* is a mutant)
-               ) -> list:
-        "Words related to `word` (its first noun senses), grouped by relation in the given order, deduplicated."
-        lemma = self.lemma(word)
-        if lemma is None: return [word]
-        senses = [s for s in self.senses[lemma] if s in self.synsets][:n_senses]
-        def targets(offs, symbols):
-            return [t for o in offs for sym, t, pos in self.synsets[o][1] if sym in symbols and pos == 'n' and t in self.synsets]
-        hypo = targets(senses, ('~', '~i'))
-        groups = {'synonym': senses, 'domain': targets(senses, ('-c',)), 'hyponym': hypo,
-                  'hyponym2': targets(hypo, ('~', '~i')), 'hypernym': targets(senses, ('@', '@i'))}
-        out = [word]
-        for r in relations:
-            for o in groups[r]: out += [w.lower() for w in self.synsets[o][0]]
-        return list(dict.fromkeys(re.sub(r'\(.*\)$', '', w).replace('_', ' ') for w in out))
-
+# %% ../../nbs/14_evaluation.ipynb #9fc33799
 @lru_cache(maxsize=2)
 def load_wordnet(dict_dir=None) -> WordNet:
     "A cached `WordNet` (parsing the noun files takes about 2 s)."
     return WordNet(dict_dir)
+
+# %% ../../nbs/14_evaluation.ipynb #d8c83a19
+@patch
+def lemma(self: WordNet, word: str) -> str | None:
+    "`word` or its singular (sports → sport) if WordNet has it as a noun."
+    w = word.lower().replace(' ', '_')
+    for c in (w, w[:-1] if w.endswith('s') else None, w[:-2] if w.endswith('es') else None):
+        if c and c in self.senses: return c
+    return None
+
+# %% ../../nbs/14_evaluation.ipynb #f5d7c0bc
+@patch
+def related(self: WordNet, word: str, # a label word
+            relations=('synonym', 'domain', 'hyponym', 'hyponym2'), # in order of priority
+            n_senses: int = 2, # use the most frequent senses only (sense 3 of *sport* is a mutant)
+           ) -> list:
+    "Words related to `word` (its first noun senses), grouped by relation in the given order, deduplicated."
+    lemma = self.lemma(word)
+    if lemma is None: return [word]
+    senses = [s for s in self.senses[lemma] if s in self.synsets][:n_senses]
+    def targets(offs, symbols):
+        return [t for o in offs for sym, t, pos in self.synsets[o][1] if sym in symbols and pos == 'n' and t in self.synsets]
+    hypo = targets(senses, ('~', '~i'))
+    groups = {'synonym': senses, 'domain': targets(senses, ('-c',)), 'hyponym': hypo,
+              'hyponym2': targets(hypo, ('~', '~i')), 'hypernym': targets(senses, ('@', '@i'))}
+    out = [word]
+    for r in relations:
+        for o in groups[r]: out += [w.lower() for w in self.synsets[o][0]]
+    return list(dict.fromkeys(re.sub(r'\(.*\)$', '', w).replace('_', ' ') for w in out))
 
 # %% ../../nbs/14_evaluation.ipynb #d57c5743
 EVALUATIVE_HEADS = {  # label word → WordNet head adjectives of that side (the attribute they measure in the comment)
@@ -259,6 +278,7 @@ JUDGEMENT_EXTRA = {  # hand-written for npm-nb: review judgements the WordNet ru
                  'pointless', 'bland', 'stale'],
 }
 
+# %% ../../nbs/14_evaluation.ipynb #9a906fc7
 @lru_cache(maxsize=2)
 def _adjectives(dict_dir=None) -> tuple:
     "WordNet adjectives: {offset: (type a/s, lemmas, head offset)} and {lemma: offsets, most frequent sense first}."
@@ -274,6 +294,7 @@ def _adjectives(dict_dir=None) -> tuple:
         f = line.split(); senses[f[0]] = f[4 + int(f[3]) + 2:]
     return syn, senses
 
+# %% ../../nbs/14_evaluation.ipynb #6a897a22
 def judgement_words(max_rank: int = 2, # a judgement sense must be among the word's `max_rank` most frequent senses
                     min_valence: float = 1.0, # |VADER valence| at least this
                     lexicon: dict | None = None, # word → valence (default: VADER)
@@ -305,6 +326,7 @@ def is_single_token(tok, word: str) -> bool:
     ids = tok(' ' + word, add_special_tokens=False).input_ids
     return len(ids) == 1 and ids[0] != tok.unk_token_id
 
+# %% ../../nbs/14_evaluation.ipynb #152423bc
 def check_verbalizer(verbalizer: dict, # label name → words
                      tok) -> dict:
     "Raise a clear error naming the fix unless every verbalizer word is a single token; return `verbalizer`."
@@ -318,6 +340,7 @@ def check_verbalizer(verbalizer: dict, # label name → words
                                  "which keep single-token words only")
     return verbalizer
 
+# %% ../../nbs/14_evaluation.ipynb #dc859f71
 def single_token_words(words, tok) -> list:
     "The words of `words` that are single tokens of `tok`, in order, deduplicated."
     return [w for w in dict.fromkeys(words) if is_single_token(tok, w)]
@@ -339,6 +362,7 @@ def plain_verbalizer(task, # a task name or Task with label words
     v = {w: [w] for w in t.label_names}
     return check_verbalizer(v, tok) if tok is not None else v
 
+# %% ../../nbs/14_evaluation.ipynb #7a355c9e
 def _exclusive(lists: dict) -> dict:
     "Drop every word that would express two labels; a label word stays with its own label only."
     own = {w: k for k in lists for w in lists[k][:1]}
@@ -346,6 +370,7 @@ def _exclusive(lists: dict) -> dict:
     count = Counter(w for v in lists.values() for w in set(v))
     return {k: [w for w in v if count[w] == 1] for k, v in lists.items()}
 
+# %% ../../nbs/14_evaluation.ipynb #d76abb29
 def fuzzy_candidates(task,
                      sentiment: str = 'judgement', # sentiment lists: 'judgement' (judgement_words) or 'vader' (sentiment_words)
                     ) -> dict:
@@ -363,6 +388,7 @@ def fuzzy_candidates(task,
         return {w: [x for x in wn.related(w) if x == w or (len(x) > 2 and x not in stop)] for w in names}
     return {w: [w] for w in names}  # Subj, RTE: no fuzzy list (as in the paper)
 
+# %% ../../nbs/14_evaluation.ipynb #5d79c38b
 def fuzzy_verbalizer(task, # a task name or Task
                      tok, # the model's tokenizer (single-token filter)
                      max_words: int | None = None, # cap per label, after balancing
@@ -393,6 +419,7 @@ def _summary(task, what: str, n: int, seconds: float, **kw) -> dict:
     return dict(task=task.name, model=what, n=n, **kw, seconds=round(seconds, 3),
                 qps=round(n / seconds, 2) if seconds > 0 else float('inf'))
 
+# %% ../../nbs/14_evaluation.ipynb #a73f273f
 def chunks(xs, size: int):
     "`(start, piece)` for consecutive pieces of `xs` of `size` items (batches for an encoder)."
     for i in range(0, len(xs), size): yield i, xs[i:i + size]
@@ -421,6 +448,7 @@ def closed_table(t, df, probs, what, seconds, **kw) -> tuple:
                  no_mass=float(100 * ab.mean()), **kw)
     return table, s
 
+# %% ../../nbs/14_evaluation.ipynb #aa2afec8
 def eval_closed_set(model, # an `NPM` (mode 'npm' or 'single'; an untrained encoder wrapped the same way)
                     task, # a closed-set task name or Task
                     ds, # the reference `Datastore` (built with this encoder)
@@ -468,6 +496,7 @@ def _window(ids: list, pos: int, max_len: int) -> list:
     a = min(max(1, pos - inner // 2), len(ids) - 1 - inner)
     return ids[:1] + ids[a:a + inner] + ids[-1:]
 
+# %% ../../nbs/14_evaluation.ipynb #eae19a17
 def _mlm_batch(mlm, tok, texts, max_len, device):
     "Padded input ids (mask kept in the window) and attention mask for texts holding the tokenizer's mask token."
     enc = [tok(t, verbose=False).input_ids for t in texts]
@@ -478,10 +507,12 @@ def _mlm_batch(mlm, tok, texts, max_len, device):
     for i, e in enumerate(enc): ids[i, :len(e)] = torch.tensor(e); att[i, :len(e)] = 1
     return ids.to(device), att.to(device)
 
+# %% ../../nbs/14_evaluation.ipynb #5de16589
 def word_id(tok, word: str) -> int:
     "The token id of a single-token word (as it appears inside a sentence)."
     return tok(' ' + word, add_special_tokens=False).input_ids[0]
 
+# %% ../../nbs/14_evaluation.ipynb #a92483b5
 def _mask_logits(mlm, ids, att, at):
     "The masked LM's logits at the positions `at` only: the LM head on those rows, not on every position (D24)."
     head = getattr(mlm, 'cls', None)
@@ -489,6 +520,7 @@ def _mask_logits(mlm, ids, att, at):
     if head is None: return mlm(input_ids=ids, attention_mask=att).logits[at]
     return head(mlm.base_model(input_ids=ids, attention_mask=att).last_hidden_state[at])
 
+# %% ../../nbs/14_evaluation.ipynb #e032461e
 def eval_closed_set_mlm(mlm, # a `*ForMaskedLM`
                         tok, # its tokenizer
                         task, # a closed-set task name or Task
@@ -522,10 +554,12 @@ _KEEP = ('relation', 'subject', 'bucket', 'n_splits', 'answer_in_corpus', 'answe
 def _default_by(df: pd.DataFrame) -> str | None:
     return next((c for c in ('bucket', 'lang', 'changed') if c in df.columns), None)
 
+# %% ../../nbs/14_evaluation.ipynb #d3957675
 def normalized_blocks(ds) -> list:
     "`' ' + normalize_answer(text) + ' '` of every block of `ds` (cached on `ds`)."
     return derived(ds, 'normalized_blocks', lambda: [f' {normalize_answer(x)} ' for x in block_texts(ds)])
 
+# %% ../../nbs/14_evaluation.ipynb #00345cd7
 def answer_in_blocks(golds, # gold aliases
                      blocks, # block numbers
                      norm_blocks: list, # `normalized_blocks(ds)`
@@ -534,6 +568,7 @@ def answer_in_blocks(golds, # gold aliases
     keys = [f' {k} ' for k in (normalize_answer(g) for g in golds) if k]
     return any(k in norm_blocks[int(b)] for b in blocks for k in keys)
 
+# %% ../../nbs/14_evaluation.ipynb #cfff933c
 def dense_blocks(ds, rows, scores, # one query's neighbours (start and end together): datastore rows and similarities
                  k: int = 3) -> np.ndarray:
     "The first `k` distinct blocks of the neighbours, each block ranked by its best neighbour."
@@ -543,6 +578,7 @@ def dense_blocks(ds, rows, scores, # one query's neighbours (start and end toget
     _, first = np.unique(blocks, return_index=True)
     return blocks[np.sort(first)][:k]
 
+# %% ../../nbs/14_evaluation.ipynb #40e8b80e
 def _retrieval_summary(table, groups) -> dict:
     "recall, EM given retrieval / no retrieval (micro, %) and per-group recall."
     r = table.retrieved.to_numpy(bool); h = table.hit.to_numpy(bool)
@@ -578,6 +614,52 @@ def open_table(t, df, answers, preds, what, seconds, by=None, extra=None, **kw) 
         for g in s.get('per_group', []): g['recall'] = s['recall_by_group'].get(g['group'], float('nan'))
     return table, _summary(t, what, len(df), seconds, **s, **kw)
 
+# %% ../../nbs/14_evaluation.ipynb #e699deca
+def _dense_answers(model, ds, texts, # an `NPM`, its datastore and one batch of queries
+                   k, index, topn, l_max, temperature, alpha, restrict_k, batch_size) -> tuple:
+    "`(answers, blocks)` of one batch: per query its `(text, score, Prediction or None)` list and its first blocks."
+    q = model.encode_queries(texts, batch_size)
+    out, blocks = [], []
+    if model.mode == 'single':
+        sc, rw = neighbours(ds, q, k, index, device=model.device)
+        for j in range(len(texts)):
+            out.append([(w, p, None) for w, p in token_distribution(ds, rw[j], sc[j], temperature, model.fold_case)[:topn]])
+            blocks.append(dense_blocks(ds, rw[j], sc[j], restrict_k))
+        return out, blocks
+    sc, rw = neighbours(ds, np.concatenate(q), k, index, device=model.device); m = len(texts)
+    for j in range(m):
+        r = predict_phrases(ds, q[0][j], q[1][j], rw[j], sc[j], rw[m + j], sc[m + j], topn=topn, l_max=l_max,
+                            temperature=temperature, alpha=alpha, fold_case=model.fold_case, device=model.device)
+        out.append([(p.text, p.score, p) for p in r])
+        blocks.append(dense_blocks(ds, np.r_[rw[j], rw[m + j]], np.r_[sc[j], sc[m + j]], restrict_k))
+    return out, blocks
+
+# %% ../../nbs/14_evaluation.ipynb #df98bfe5
+def _bm25_answers(model, ds, queries, questions, # an `NPM`, its datastore, the queries and their `is_question` flags
+                  bm25, k, topn, l_max, temperature, alpha, restrict_k, batch_size) -> list:
+    "Per query its `(text, score, Prediction)` list, from the top `restrict_k` BM25 blocks."
+    out = [None] * len(queries)
+    for flag in dict.fromkeys(questions):  # one batch run per BM25 query rule
+        idx = [i for i, f in enumerate(questions) if f == flag]
+        for _, ch in chunks(idx, batch_size):
+            res = model.predict_batch([queries[i] for i in ch], ds, k=k, topn=topn, l_max=l_max,
+                                      temperature=temperature, alpha=alpha, index=None,
+                                      bm25=bm25, restrict_k=restrict_k,
+                                      question=flag, batch_size=batch_size)
+            for i, r in zip(ch, res): out[i] = [(p.text, p.score, p) for p in r]
+    return out
+
+# %% ../../nbs/14_evaluation.ipynb #c472c16c
+def _open_extra(ds, out, golds, blocks) -> dict:
+    "The per-row columns of `eval_open_set`: top answer's score and provenance, `retrieved`, `retrieved_blocks`."
+    nb_ = normalized_blocks(ds)
+    top = [o[0][2] if o and o[0][2] is not None else None for o in out]
+    return {'score': [o[0][1] if o else float('nan') for o in out],
+            'doc_id': [p.doc_id if p else None for p in top], 'title': [p.title if p else None for p in top],
+            'block': [p.block if p else -1 for p in top], 'snippet': [p.snippet if p else '' for p in top],
+            'retrieved': [answer_in_blocks(g, b, nb_) for g, b in zip(golds, blocks)],
+            'retrieved_blocks': [list(map(int, b)) for b in blocks]}
+
 # %% ../../nbs/14_evaluation.ipynb #d61b9ac3
 def eval_open_set(model, # an `NPM` (mode 'npm': phrases; mode 'single': its top token, dense only)
                   task, # an open-set (or temporal / translation) task name or Task
@@ -610,37 +692,14 @@ def eval_open_set(model, # an `NPM` (mode 'npm': phrases; mode 'single': its top
     with torch.no_grad():
         if mode == 'dense':  # one search per batch; the neighbours give both the answers and the blocks for recall
             for _, ch in chunks(list(range(len(df))), batch_size):
-                q = model.encode_queries([queries[i] for i in ch], batch_size)
-                if model.mode == 'single':
-                    sc, rw = neighbours(ds, q, k, index, device=model.device)
-                    for j, i in enumerate(ch):
-                        out[i] = [(w, p, None) for w, p in token_distribution(ds, rw[j], sc[j], temperature, model.fold_case)[:topn]]
-                        blocks[i] = dense_blocks(ds, rw[j], sc[j], restrict_k)
-                    continue
-                sc, rw = neighbours(ds, np.concatenate(q), k, index, device=model.device); m = len(ch)
-                for j, i in enumerate(ch):
-                    r = predict_phrases(ds, q[0][j], q[1][j], rw[j], sc[j], rw[m + j], sc[m + j], topn=topn, l_max=l_max,
-                                        temperature=temperature, alpha=alpha, fold_case=model.fold_case, device=model.device)
-                    out[i] = [(p.text, p.score, p) for p in r]
-                    blocks[i] = dense_blocks(ds, np.r_[rw[j], rw[m + j]], np.r_[sc[j], sc[m + j]], restrict_k)
-        else:
-            for flag in dict.fromkeys(questions):  # one batch run per BM25 query rule
-                idx = [i for i, f in enumerate(questions) if f == flag]
-                for _, ch in chunks(idx, batch_size):
-                    res = model.predict_batch([queries[i] for i in ch], ds, k=k, topn=topn, l_max=l_max,
-                                              temperature=temperature, alpha=alpha, index=index if mode == 'dense' else None,
-                                              bm25=bm25 if mode == 'bm25' else None, restrict_k=restrict_k,
-                                              question=flag, batch_size=batch_size)
-                    for i, r in zip(ch, res): out[i] = [(p.text, p.score, p) for p in r]
+                a, b = _dense_answers(model, ds, [queries[i] for i in ch], k, index, topn, l_max, temperature, alpha,
+                                      restrict_k, batch_size)
+                for i, x, y in zip(ch, a, b): out[i], blocks[i] = x, y
+        else: out = _bm25_answers(model, ds, queries, questions, bm25, k, topn, l_max, temperature, alpha, restrict_k,
+                                  batch_size)
     seconds = time.perf_counter() - t0   # model time; the blocks for recall are looked up again outside it
     if mode == 'bm25': blocks = [bm25.retrieve(bm25_query(q, f), restrict_k) for q, f in zip(queries, questions)]
-    nb_ = normalized_blocks(ds)
-    top = [o[0][2] if o and o[0][2] is not None else None for o in out]
-    extra = {'score': [o[0][1] if o else float('nan') for o in out],
-             'doc_id': [p.doc_id if p else None for p in top], 'title': [p.title if p else None for p in top],
-             'block': [p.block if p else -1 for p in top], 'snippet': [p.snippet if p else '' for p in top],
-             'retrieved': [answer_in_blocks(g, b, nb_) for g, b in zip(df[answers], blocks)],
-             'retrieved_blocks': [list(map(int, b)) for b in blocks]}
+    extra = _open_extra(ds, out, df[answers], blocks)
     return open_table(t, df, answers, [[x[0] for x in o] for o in out], f'NPM({model.mode})', seconds, by, extra,
                        mode=mode, k=k if mode == 'dense' else None, restrict_k=restrict_k,
                        retrieval=f'{mode} top-{restrict_k} blocks', l_max=l_max, temperature=temperature, alpha=alpha)
@@ -665,6 +724,7 @@ def greedy_fill(mlm, tok, # a masked LM and its tokenizer
         ids[rows, pos] = torch.where(masked[rows, pos], best[rows, pos], ids[rows, pos])
     return [tok.decode(ids[i, f:f + n_masks].tolist(), skip_special_tokens=True).strip() for i, f in enumerate(first.tolist())]
 
+# %% ../../nbs/14_evaluation.ipynb #2e87a0ea
 def eval_open_set_mlm(mlm, # a `*ForMaskedLM`
                       tok, # its tokenizer
                       task, # an open-set task name or Task
@@ -711,6 +771,7 @@ def bm25_answer(query: str, # the masked query
         if score: return max(score, key=lambda p: (score[p], tuple(-x for x in first[p])))
     return ''
 
+# %% ../../nbs/14_evaluation.ipynb #d2f9295b
 def eval_bm25_only(task, # an open-set task name or Task
                    bm25, # a `BM25Retriever` over ds
                    ds, # the `Datastore` (its blocks' texts)
@@ -750,6 +811,7 @@ def document_names(text: str, # a document of the translation corpus: "<title> (
         pos += len(part) + 2
     return out
 
+# %% ../../nbs/14_evaluation.ipynb #6184cf6c
 def translation_name_choice(model, # an `NPM` (mode 'npm')
                             ds, # its datastore of the translation corpus (`reference_corpus(['translation'])`)
                             task='translation', rows=None, n: int | None = None,
@@ -816,6 +878,7 @@ def plot_group_em(summaries: list, # open-set summaries with `per_group` (from `
     ax.set_title(f"EM by {summaries[0].get('by') or 'group'}: {summaries[0]['task']}"); ax.legend(fontsize=7, ncol=2, loc='upper center')
     return ax
 
+# %% ../../nbs/14_evaluation.ipynb #374beeab
 def confusion(table: pd.DataFrame, # a closed-set table (`label_name`, `pred_name` columns)
               labels: list | None = None, # label names in order (default: those of the table)
              ) -> pd.DataFrame:
@@ -824,6 +887,7 @@ def confusion(table: pd.DataFrame, # a closed-set table (`label_name`, `pred_nam
     cols = labels + (['abstain'] if (table.pred_name == 'abstain').any() else [])
     return pd.crosstab(table.label_name, table.pred_name).reindex(index=labels, columns=cols, fill_value=0)
 
+# %% ../../nbs/14_evaluation.ipynb #4d376c12
 def plot_confusion(table: pd.DataFrame, # a closed-set table
                    labels: list | None = None, ax=None, title: str | None = None):
     "The `confusion` counts as a heat map with the numbers written in; returns the axis."
