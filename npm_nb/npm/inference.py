@@ -36,9 +36,11 @@ def check_query(text) -> str:
         raise TypeError(f"a query must be a str holding one {MASK}, got {type(text).__name__}{hint}")
     try: text.encode('utf-8')
     except UnicodeEncodeError as e:
-        raise ValueError(f"the query holds {text[e.start:e.end]!r} at position {e.start}, which is not valid text (a lone "
-                         "surrogate, e.g. from bytes decoded with errors='surrogateescape'): decode the source with "
-                         "errors='replace', or remove that character") from None
+        raise ValueError(
+            f"the query holds {text[e.start : e.end]!r} at position {e.start}, which is not valid text (a lone "
+            "surrogate, e.g. from bytes decoded with errors='surrogateescape'): decode the source with "
+            "errors='replace', or remove that character"
+        ) from None
     return text
 
 # %% ../../nbs/13_inference.ipynb #4f4a31a0
@@ -55,15 +57,18 @@ def query_ids(text: str, # the query, with exactly one `[MASK]` (or the tokenize
     t = text.replace(MASK, tok.mask_token)
     n = t.count(tok.mask_token)
     if n != 1:
-        raise ValueError(f"the query must contain exactly one {MASK}, found {n}: {text[:80]!r}. Write the blank as "
-                         f"{MASK} (e.g. 'Thessaloniki is a city in {MASK}.'); to fill several blanks, ask one at a time")
+        raise ValueError(
+            f"the query must contain exactly one {MASK}, found {n}: {text[:80]!r}. Write the blank as "
+            f"{MASK} (e.g. 'Thessaloniki is a city in {MASK}.'); to fill several blanks, ask one at a time"
+        )
     ids = tok(t, add_special_tokens=True, truncation=False, verbose=False)['input_ids']
     m = ids.index(tok.mask_token_id)
     n_mask = 2 if mode == 'npm' else 1
     if mode == 'npm': ids = ids[:m + 1] + [tok.mask_token_id] + ids[m + 1:]
     if len(ids) > max_len:
         special = set(tok.all_special_ids) - {tok.mask_token_id}
-        h = int(ids[0] in special); t_ = int(ids[-1] in special)
+        h = int(ids[0] in special)
+        t_ = int(ids[-1] in special)
         body, room, mb = ids[h:len(ids) - t_], max_len - h - t_, m - h
         lo = min(max(0, mb - (room - n_mask) // 2), len(body) - room)
         ids, m = ids[:h] + body[lo:lo + room] + ids[len(ids) - t_:], m - lo
@@ -85,8 +90,11 @@ def encode_queries(texts, # one query or a list of queries, each with one `[MASK
     for b in range(0, len(texts), batch_size):
         enc = [query_ids(t, tok, mode, max_len) for t in texts[b:b + batch_size]]
         L = max(len(i) for i, _ in enc)
-        ids = torch.full((len(enc), L), pad, dtype=torch.long); att = torch.zeros_like(ids)
-        for r, (i, _) in enumerate(enc): ids[r, :len(i)] = torch.tensor(i); att[r, :len(i)] = 1
+        ids = torch.full((len(enc), L), pad, dtype=torch.long)
+        att = torch.zeros_like(ids)
+        for r, (i, _) in enumerate(enc):
+            ids[r, : len(i)] = torch.tensor(i)
+            att[r, : len(i)] = 1
         h = encoder(input_ids=ids.to(dev), attention_mask=att.to(dev), output_hidden_states=True).hidden_states[-1]
         r, m = torch.arange(len(enc), device=dev), torch.tensor([m for _, m in enc], device=dev)
         starts.append(h[r, m].float().cpu().numpy())
@@ -102,13 +110,19 @@ def similarity(q, # query vectors [Q, h] (or [h])
     q = torch.from_numpy(np.atleast_2d(np.asarray(q, dtype=np.float32)))
     with warnings.catch_warnings():  # a read-only memmap is fine: torch only reads it
         warnings.simplefilter('ignore', UserWarning)
-        c = torch.from_numpy(np.ascontiguousarray(vectors)).float()  # fp16 -> fp32 (torch converts much faster than numpy)
+        c = torch.from_numpy(
+            np.ascontiguousarray(vectors)
+        ).float()  # fp16 -> fp32 (torch converts much faster than numpy)
     return (q @ c.T).numpy() / np.float32(math.sqrt(q.shape[-1]))
 
 # %% ../../nbs/13_inference.ipynb #9347a7b9
 def _sort_rows(scores, rows):
     "Best first: score descending, then row ascending."
-    o = np.lexsort((np.where(rows >= 0, rows, np.iinfo(np.int64).max), -scores), axis=1) if scores.size else np.zeros(scores.shape, np.int64)
+    o = (
+        np.lexsort((np.where(rows >= 0, rows, np.iinfo(np.int64).max), -scores), axis=1)
+        if scores.size
+        else np.zeros(scores.shape, np.int64)
+    )
     return np.take_along_axis(scores, o, 1), np.take_along_axis(rows, o, 1)
 
 def search_device(device=None, # a device, or None: the GPU when torch sees one, else the CPU
@@ -198,11 +212,13 @@ def _token_table(ds) -> TokenTable:
     blocks = ds.blocks.flatten_indices() if getattr(ds.blocks, '_indices', None) is not None else ds.blocks
     cols = {c: _flat_column(blocks, c)[0] for c in ('doc_index', 'char_start', 'char_end', 'valid_start', 'valid_end')}
     lengths = _flat_column(blocks, 'input_ids')[1]
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64); T = int(offsets[-1])
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    T = int(offsets[-1])
     block = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     vs, ve = cols['valid_start'].astype(bool), cols['valid_end'].astype(bool)
     token = offsets[np.asarray(ds.vec_block, dtype=np.int64)] + np.asarray(ds.vec_pos, dtype=np.int64)
-    row = np.full(T, -1, np.int64); row[token] = np.arange(len(token))
+    row = np.full(T, -1, np.int64)
+    row[token] = np.arange(len(token))
     t = np.arange(T)
     s_idx, e_idx = np.flatnonzero(vs), np.flatnonzero(ve)
     first = s_idx[np.clip(np.searchsorted(s_idx, t, 'right') - 1, 0, None)] if len(s_idx) else np.full(T, -1)
@@ -223,7 +239,8 @@ def candidate_spans(tt: TokenTable, # the datastore's tokens
     firsts, lasts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]  # no seed at all: no phrase
     for seeds, step in ((np.asarray(starts, np.int64), 1), (np.asarray(ends, np.int64), -1)):
         own, other = (tt.valid_start, tt.valid_end) if step > 0 else (tt.valid_end, tt.valid_start)
-        seeds = np.unique(seeds[(seeds >= 0)]); seeds = seeds[own[seeds] & (tt.row[seeds] >= 0)]
+        seeds = np.unique(seeds[(seeds >= 0)])
+        seeds = seeds[own[seeds] & (tt.row[seeds] >= 0)]
         lo, hi = tt.offsets[tt.block[seeds]], tt.offsets[tt.block[seeds] + 1]
         alive = np.ones(len(seeds), bool)
         for d in range(l_max):
@@ -233,16 +250,19 @@ def candidate_spans(tt: TokenTable, # the datastore's tokens
             tc = np.where(alive, t, seeds)
             alive &= (tt.doc[tc] == tt.doc[seeds]) & (tt.char_start[tc] >= 0)
             hit = alive & other[tc] & (tt.row[tc] >= 0)
-            (firsts if step > 0 else lasts).append(seeds[hit]); (lasts if step > 0 else firsts).append(t[hit])
+            (firsts if step > 0 else lasts).append(seeds[hit])
+            (lasts if step > 0 else firsts).append(t[hit])
     f, l = np.concatenate(firsts), np.concatenate(lasts)
     key = np.unique(f * l_max + (l - f))
     return key // l_max, key // l_max + key % l_max
 
 # %% ../../nbs/13_inference.ipynb #48d6b81c
 def _logsumexp(x):
-    x = np.asarray(x, np.float64); x = x[np.isfinite(x)]
+    x = np.asarray(x, np.float64)
+    x = x[np.isfinite(x)]
     if not len(x): return np.inf
-    m = x.max(); return m + math.log(np.exp(x - m).sum())
+    m = x.max()
+    return m + math.log(np.exp(x - m).sum())
 
 # %% ../../nbs/13_inference.ipynb #dfa1be26
 def _probs(q, ds, tt, tokens, logz, temperature, device=None):
@@ -264,7 +284,8 @@ def span_probs(ds, tt: TokenTable, q_start, q_end, # the query's two vectors [h]
 # %% ../../nbs/13_inference.ipynb #95f7b2ce
 def phrase_texts(ds, tt: TokenTable, first, last) -> list[str]:
     "The corpus text of each span, cut by character offsets (never decoded from ids)."
-    docs = tt.doc[first]; texts = {int(d): ds.texts[int(d)] for d in np.unique(docs)}
+    docs = tt.doc[first]
+    texts = {int(d): ds.texts[int(d)] for d in np.unique(docs)}
     return [texts[d][a:b] for d, a, b in zip(docs.tolist(), tt.char_start[first].tolist(), tt.char_end[last].tolist())]
 
 # %% ../../nbs/13_inference.ipynb #ba6bce36
@@ -315,24 +336,27 @@ def is_marks(s: str) -> bool:
 
 # %% ../../nbs/13_inference.ipynb #8dcef631
 def junk_tokens(ds) -> np.ndarray:
-    "[T] True for each corpus token that is a whole-word stopword (`STOPWORDS`) or only punctuation and symbols (cached)."
+    "[T] True for each corpus token that is a whole-word stopword or only punctuation and symbols (cached)."
     return derived(ds, 'junk_tokens', lambda: _junk_tokens(ds))
 
 def _junk_tokens(ds) -> np.ndarray:
     tt = token_table(ds)
     out, stop, seen = np.zeros(len(tt.doc), bool), set(STOPWORDS), {}
-    real = np.flatnonzero(tt.char_start >= 0); whole = (tt.valid_start & tt.valid_end)[real]
+    real = np.flatnonzero(tt.char_start >= 0)
+    whole = (tt.valid_start & tt.valid_end)[real]
     last, text = -1, ''
     for t, d, a, b, w in zip(real.tolist(), tt.doc[real].tolist(), tt.char_start[real].tolist(),
                              tt.char_end[real].tolist(), whole.tolist()):
         if d != last: last, text = d, ds.texts[d]
-        s = text[a:b]; key = (s, w)
+        s = text[a:b]
+        key = (s, w)
         if key not in seen: seen[key] = (w and s.lower() in stop) or is_marks(s)
         out[t] = seen[key]
     return out
 
 # %% ../../nbs/13_inference.ipynb #1370b08d
-def span_allowed(ds, tt: TokenTable, first, last, # candidate spans (token numbers)
+def span_allowed(ds, tt: TokenTable,  # noqa: ARG001 (unused: junk comes from `ds`; the span functions' signature)
+                 first, last, # candidate spans (token numbers)
                  rule: str = 'content', # 'content': not only junk; 'reference': no junk inside; 'any': all
                 ) -> np.ndarray:
     "Mask of the spans that `rule` keeps as answers (junk: a stopword, or punctuation and symbols only; `junk_tokens`)."
@@ -369,13 +393,17 @@ def snippet(text: str, a: int, b: int, # a document's text and the phrase's char
 def _doc_meta(ds, d: int) -> tuple[str, str]:
     "Document id and title of document `d` (reads one row of `ds.docs` when there is one)."
     docs = getattr(ds, 'docs', None)
-    if docs is not None: r = docs[d]; return str(r.get('id', d)), str(r.get('title', '') or '')
+    if docs is not None:
+        r = docs[d]
+        return str(r.get('id', d)), str(r.get('title', '') or '')
     return str(ds.doc_ids[d]), str(ds.titles[d])
 
 def _prediction(ds, tt, f, l, score, count):
     d, a, b = int(tt.doc[f]), int(tt.char_start[f]), int(tt.char_end[l])
     text = ds.texts[d]
-    return Prediction(text[a:b], float(score), *_doc_meta(ds, d), a, b, snippet(text, a, b), int(tt.block[f]), int(count))
+    return Prediction(
+        text[a:b], float(score), *_doc_meta(ds, d), a, b, snippet(text, a, b), int(tt.block[f]), int(count)
+    )
 
 # %% ../../nbs/13_inference.ipynb #e62ecbcc
 def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vectors [h]
@@ -383,9 +411,9 @@ def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vector
                     topn: int = 5, l_max: int = 10, temperature: float = 1.0, alpha: float = 0.0,
                     fold_case: bool = False, # one answer per string up to case (uncased tokenizers)
                     device=None, # where similarities are computed (see `search_device`)
-                    agg: str = 'sum', # a string's score: 'sum' over its occurrences (the paper's) or 'max' (its best one)
-                    w_start: float = 0.5, # weight of P_start in an occurrence's score (0.5: the paper's P_start + P_end)
-                    span_rule: str = 'content', # which phrases may be answers: 'content', 'reference' or 'any' (`span_allowed`)
+                    agg: str = 'sum', # a string's score: 'sum' over its occurrences (the paper's) or 'max' (its best)
+                    w_start: float = 0.5, # weight of P_start in an occurrence's score (0.5: the paper's sum)
+                    span_rule: str = 'content', # which phrases may be answers: 'content', 'reference' or 'any'
                    ) -> list[Prediction]:
     "The top-n phrases for one query from its start and end neighbours (App. A.1)."
     tt = token_table(ds)
@@ -393,11 +421,14 @@ def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vector
     start_rows, start_scores = np.asarray(start_rows)[ok_s], np.asarray(start_scores)[ok_s]
     end_rows, end_scores = np.asarray(end_rows)[ok_e], np.asarray(end_scores)[ok_e]
     f, l = candidate_spans(tt, tt.token[start_rows], tt.token[end_rows], l_max)
-    keep = span_allowed(ds, tt, f, l, span_rule); f, l = f[keep], l[keep]
-    if not len(f): return []
+    keep = span_allowed(ds, tt, f, l, span_rule)
+    f, l = f[keep], l[keep]
+    if not len(f):
+        return []
     ps, pe = span_probs(ds, tt, q_start, q_end, f, l, start_scores, end_scores, temperature, device)
-    best, final, count = aggregate_phrases(phrase_texts(ds, tt, f, l), occurrence_scores(ps, pe, w_start), l - f + 1, alpha,
-                                           fold_case, agg)
+    best, final, count = aggregate_phrases(
+        phrase_texts(ds, tt, f, l), occurrence_scores(ps, pe, w_start), l - f + 1, alpha, fold_case, agg
+    )
     return [_prediction(ds, tt, f[i], l[i], s, c) for i, s, c in zip(best[:topn], final[:topn], count[:topn])]
 
 # %% ../../nbs/13_inference.ipynb #8a06da91
@@ -422,12 +453,14 @@ def word_table(ds, fold_case: bool = False) -> WordTable:
     def make():
         t = tt.token
         s_ok, e_ok = tt.valid_start[t] & (tt.word_last[t] >= 0), tt.valid_end[t] & (tt.word_first[t] >= 0)
-        f = np.concatenate([t[s_ok], tt.word_first[t[e_ok]]]); l = np.concatenate([tt.word_last[t[s_ok]], t[e_ok]])
+        f = np.concatenate([t[s_ok], tt.word_first[t[e_ok]]])
+        l = np.concatenate([tt.word_last[t[s_ok]], t[e_ok]])
         T = len(tt.doc) + 1
         key, inv = np.unique(f * T + l, return_inverse=True)       # each distinct span cut once
         texts = phrase_texts(ds, tt, key // T, key % T)
         ids, words, index = _numbered([x.lower() for x in texts] if fold_case else texts)
-        span = ids[inv]; ns = int(s_ok.sum())
+        span = ids[inv]
+        ns = int(s_ok.sum())
         start, end = np.full(len(t), -1, np.int64), np.full(len(t), -1, np.int64)
         start[s_ok], end[e_ok] = span[:ns], span[ns:]
         whole = np.where(tt.valid_start[t] & tt.valid_end[t], start, -1)
@@ -455,7 +488,8 @@ def token_distribution(ds, rows, scores, # one query's neighbours: rows and simi
                       ) -> list[tuple[str, float]]:
     "NPM-single's distribution: softmax over the neighbours, mass summed per token string, most probable first."
     rows, scores = np.asarray(rows), np.asarray(scores, np.float64)
-    ok = rows >= 0; rows, scores = rows[ok], scores[ok]
+    ok = rows >= 0
+    rows, scores = rows[ok], scores[ok]
     if not len(rows): return []
     ids, strings = token_string_table(ds, fold_case)
     p = np.exp(scores / temperature - _logsumexp(scores / temperature))
@@ -467,11 +501,13 @@ def token_distribution(ds, rows, scores, # one query's neighbours: rows and simi
 SIDES = ('start', 'end', 'whole')
 
 def neighbour_word_ids(ds, rows, # neighbours' datastore rows (any shape; -1: none)
-                       side: str, # 'start': the word starting here; 'end': the word ending here; 'whole': itself if a word
+                       side: str, # 'start': the word starting here; 'end': the word ending here; 'whole': itself
                        fold_case: bool = False) -> np.ndarray:
     "The id (in `word_table(ds, fold_case)`) of the word each neighbour stands for; -1 when none."
-    if side not in SIDES: raise ValueError(f"side={side!r}: use 'start', 'end' or 'whole'")
-    rows = np.asarray(rows, np.int64); ids = getattr(word_table(ds, fold_case), side)
+    if side not in SIDES:
+        raise ValueError(f"side={side!r}: use 'start', 'end' or 'whole'")
+    rows = np.asarray(rows, np.int64)
+    ids = getattr(word_table(ds, fold_case), side)
     return np.where(rows >= 0, ids[np.maximum(rows, 0)], -1)
 
 # %% ../../nbs/13_inference.ipynb #74357cda
@@ -483,10 +519,14 @@ def neighbour_words(ds, tt: TokenTable, tokens, # token numbers of neighbours
     if side not in SIDES: raise ValueError(f"side={side!r}: use 'start', 'end' or 'whole'")
     rows = tt.row[tokens]
     if (rows < 0).any():  # a token without a vector (not a neighbour): cut its word directly
-        if side == 'start': ok, f, l = tt.valid_start[tokens] & (tt.word_last[tokens] >= 0), tokens, tt.word_last[tokens]
-        elif side == 'end': ok, f, l = tt.valid_end[tokens] & (tt.word_first[tokens] >= 0), tt.word_first[tokens], tokens
-        else: ok, f, l = tt.valid_start[tokens] & tt.valid_end[tokens], tokens, tokens
-        out = [None] * len(tokens); idx = np.flatnonzero(ok)
+        if side == 'start':
+            ok, f, l = tt.valid_start[tokens] & (tt.word_last[tokens] >= 0), tokens, tt.word_last[tokens]
+        elif side == 'end':
+            ok, f, l = tt.valid_end[tokens] & (tt.word_first[tokens] >= 0), tt.word_first[tokens], tokens
+        else:
+            ok, f, l = tt.valid_start[tokens] & tt.valid_end[tokens], tokens, tokens
+        out = [None] * len(tokens)
+        idx = np.flatnonzero(ok)
         for i, s in zip(idx.tolist(), phrase_texts(ds, tt, f[idx], l[idx])): out[i] = s.lower() if fold_case else s
         return out
     words = word_table(ds, fold_case).words
@@ -494,7 +534,7 @@ def neighbour_words(ds, tt: TokenTable, tokens, # token numbers of neighbours
 
 # %% ../../nbs/13_inference.ipynb #09e1f036
 def _verbalizer_matrix(verbalizers: dict, index: dict, fold_case: bool):
-    "`(column [W], M [V, L])`: each word id's column among the verbalizer words found (-1: none), and which label has which."
+    "`(column [W], M [V, L])`: each word id's verbalizer column (-1: none), and which label has which."
     norm = (lambda w: w.strip().lower()) if fold_case else (lambda w: w.strip())
     col, pairs = {}, []
     for j, ws in enumerate(verbalizers.values()):
@@ -502,7 +542,8 @@ def _verbalizer_matrix(verbalizers: dict, index: dict, fold_case: bool):
             if w in index: pairs.append((col.setdefault(index[w], len(col)), j))
     M = np.zeros((len(col), len(verbalizers)))
     for c, j in pairs: M[c, j] = 1.0
-    lut = np.full(len(index) + 1, -1, np.int64); lut[list(col)] = list(col.values())
+    lut = np.full(len(index) + 1, -1, np.int64)
+    lut[list(col)] = list(col.values())
     return lut, M
 
 # %% ../../nbs/13_inference.ipynb #70a679b1
@@ -516,7 +557,8 @@ def label_mass(word_ids: np.ndarray, # [Q, K] the word id each neighbour stands 
     word_ids, probs = np.atleast_2d(word_ids), np.atleast_2d(np.asarray(probs, np.float64))
     lut, M = _verbalizer_matrix(verbalizers, index, fold_case)
     col = lut[np.where(word_ids >= 0, word_ids, len(index))]
-    ok = col >= 0; nq, V = len(word_ids), M.shape[0]
+    ok = col >= 0
+    nq, V = len(word_ids), M.shape[0]
     mass = np.bincount((np.arange(nq)[:, None] * V + col)[ok], weights=probs[ok], minlength=nq * V)
     return mass.reshape(nq, V) @ M
 
@@ -529,7 +571,8 @@ def label_probs(words: list, # the word each neighbour stands for (or None)
     "P(label) = neighbour mass on the label's words, in the order of `verbalizers`."
     has = np.array([w is not None for w in words], bool)
     sub, _, index = _numbered([w for w in words if w is not None])
-    ids = np.full(len(words), -1, np.int64); ids[has] = sub
+    ids = np.full(len(words), -1, np.int64)
+    ids[has] = sub
     return label_mass(ids[None], np.asarray(probs)[None], verbalizers, index, fold_case)[0]
 
 # %% ../../nbs/13_inference.ipynb #49118fbe
@@ -540,7 +583,7 @@ def bm25_query(text: str, # the masked query
                question: bool | None = None, # True: a question; None: a '?' before the mask makes it one
                drop_wh: bool = True, # drop a question's interrogative words (`WH_WORDS`; False: the reference's query)
               ) -> str:
-    "The BM25 query text for a masked query (docs/reference.md §4.7; a question loses its interrogatives unless `drop_wh=False`)."
+    "The BM25 query for a masked query (docs/reference.md §4.7); a question loses its interrogatives (`drop_wh`)."
     m = text.find(MASK)
     if question is None: question = '?' in (text[:m] if m >= 0 else text)
     if question and '?' in text:
@@ -552,7 +595,8 @@ def bm25_query(text: str, # the masked query
 # %% ../../nbs/13_inference.ipynb #048b5389
 def block_texts(ds) -> list[str]:
     "The text of each block: each of its documents' pieces cut by offsets, joined by newlines."
-    tt = token_table(ds); out = []
+    tt = token_table(ds)
+    out = []
     texts = ds.texts
     for b in range(len(tt.offsets) - 1):
         a, z = tt.offsets[b], tt.offsets[b + 1]
@@ -569,8 +613,9 @@ _BM25_FIX = 'delete the folder and build it again (BM25Retriever(ds).save(path),
 
 def _save_record(self, path):
     "Write `store.json`: the store's fingerprint and the checksum of every file of the saved index (written last)."
-    atomic_write_json(Path(path)/'store.json', {'store': self.store, 'n_blocks': self.n_blocks,
-                                                'files': {k: v for k, v in folder_checksums(path).items() if k != 'store.json'}})
+    atomic_write_json(Path(path)/'store.json', {
+        'store': self.store, 'n_blocks': self.n_blocks,
+        'files': {k: v for k, v in folder_checksums(path).items() if k != 'store.json'}})
 
 def _load_record(self, path):
     "Verify the saved files against `store.json` and restore the store fingerprint (warn if there is no record)."
@@ -588,8 +633,9 @@ def check_bm25(bm25, # a `BM25Retriever` (None: nothing to check)
                ds, # the datastore whose blocks it is about to pick
               ):
     "Raise a clear error unless `bm25` was built on `ds` as it is now (a retriever without a record is not checked)."
-    if bm25 is not None: check_store_record(getattr(bm25, 'store', None), ds, 'this BM25 index',
-                                            'build it on this store: BM25Retriever(ds), or reference_bm25(ds) for the cache')
+    if bm25 is not None:
+        check_store_record(getattr(bm25, 'store', None), ds, 'this BM25 index',
+                           'build it on this store: BM25Retriever(ds), or reference_bm25(ds) for the cache')
 
 # %% ../../nbs/13_inference.ipynb #08b5924a
 BM25_STEMMER = 'porter'  # pyserini / Lucene's default English stemmer
@@ -611,14 +657,19 @@ class BM25Retriever:
                  k1: float = 0.9, b: float = 0.4, stopwords: str = 'en',
                  stemmer: str | None = BM25_STEMMER): # PyStemmer algorithm (None: no stemming)
         self.stopwords, self.stemmer_name, self.stemmer, self.store = stopwords, stemmer, bm25_stemmer(stemmer), None
-        if ds is not None: self._index(block_texts(ds), k1, b); self.store = store_fingerprint(ds)
+        if ds is not None:
+            self._index(block_texts(ds), k1, b)
+            self.store = store_fingerprint(ds)
 
     def _index(self, texts: list, k1: float = 0.9, b: float = 0.4):
         import bm25s
         corpus = bm25s.tokenize(texts, stopwords=self.stopwords, stemmer=self.stemmer, show_progress=False)
         if not len(corpus.vocab):
-            raise ValueError(f"BM25 has nothing to index: the {len(texts)} texts hold no word but stopwords and punctuation "
-                             f"(stopwords={self.stopwords!r}); build the store from documents with text, or use dense search (no BM25)")
+            raise ValueError(
+                f"BM25 has nothing to index: the {len(texts)} texts hold no word but stopwords and punctuation "
+                f"(stopwords={self.stopwords!r}); build the store from documents with text, "
+                "or use dense search (no BM25)"
+            )
         self.bm25 = bm25s.BM25(k1=k1, b=b, method='lucene')
         self.bm25.index(corpus, show_progress=False)
         self.n_blocks = len(texts)
@@ -639,16 +690,19 @@ def retrieve(self: BM25Retriever, query: str, # the BM25 query text (see `bm25_q
 
 # %% ../../nbs/13_inference.ipynb #d0f889ec
 @patch(cls_method=True)
-def from_texts(cls: BM25Retriever, texts: list, # one text per retrievable unit (e.g. blocks not encoded into a datastore)
+def from_texts(cls: BM25Retriever, texts: list, # one text per retrievable unit (e.g. blocks not in a datastore)
                k1: float = 0.9, b: float = 0.4, stopwords: str = 'en', stemmer: str | None = BM25_STEMMER):
     "The same BM25 over plain texts; `retrieve` returns their positions."
-    self = cls(None, stopwords=stopwords, stemmer=stemmer); self._index(list(texts), k1, b); return self
+    self = cls(None, stopwords=stopwords, stemmer=stemmer)
+    self._index(list(texts), k1, b)
+    return self
 
 # %% ../../nbs/13_inference.ipynb #1cdc2fa1
 @patch
 def save(self: BM25Retriever, path):
     "Save the BM25 index to the folder `path`, with the stemmer and stopwords it was built with."
-    self.bm25.save(str(path)); Path(path, 'n_blocks.txt').write_text(str(self.n_blocks))
+    self.bm25.save(str(path))
+    Path(path, 'n_blocks.txt').write_text(str(self.n_blocks))
     Path(path, 'analyzer.json').write_text(json.dumps(dict(stemmer=self.stemmer_name, stopwords=self.stopwords)))
     _save_record(self, path)  # last: it records the checksums of the files above
 
@@ -658,21 +712,25 @@ def load(cls: BM25Retriever, path, stopwords: str = 'en',
          stemmer: str | None = BM25_STEMMER): # the stemmer the index must have been built with
     "Load an index saved with `save`; refuse one built with another stemmer or stopword list."
     import bm25s
-    self = cls(None, stopwords=stopwords, stemmer=stemmer); _load_record(self, path)
+    self = cls(None, stopwords=stopwords, stemmer=stemmer)
+    _load_record(self, path)
     f = Path(path, 'analyzer.json')
     rec = json.loads(f.read_text()) if f.exists() else {'stemmer': 'unrecorded', 'stopwords': 'unrecorded'}
     if rec != dict(stemmer=stemmer, stopwords=stopwords):
         raise ValueError(f"BM25 index {path} was built with {rec}, not stemmer={stemmer!r}, stopwords={stopwords!r}: "
                          "rebuild it (delete the folder) or load it with the settings it was built with")
-    try: self.bm25 = bm25s.BM25.load(str(path)); self.n_blocks = int(Path(path, 'n_blocks.txt').read_text())
-    except Exception as e: raise ValueError(f"the BM25 index {path} is damaged ({type(e).__name__}: {str(e)[:160]}): "
-                                            f"{_BM25_FIX}") from e
+    try:
+        self.bm25 = bm25s.BM25.load(str(path))
+        self.n_blocks = int(Path(path, 'n_blocks.txt').read_text())
+    except Exception as e:
+        raise ValueError(f"the BM25 index {path} is damaged ({type(e).__name__}: {str(e)[:160]}): {_BM25_FIX}") from e
     return self
 
 # %% ../../nbs/13_inference.ipynb #015a61d7
 def block_rows(ds, blocks) -> np.ndarray:
     "Datastore rows of every stored token in the given blocks."
-    tt = token_table(ds); blocks = np.asarray(blocks, np.int64)
+    tt = token_table(ds)
+    blocks = np.asarray(blocks, np.int64)
     if len(blocks) and (blocks.min() < 0 or blocks.max() >= len(tt.offsets) - 1):
         raise ValueError(f"block numbers up to {blocks.max()} but the datastore has {len(tt.offsets) - 1} blocks: the "
                          "retriever was built on another store; build it on this one (BM25Retriever(ds))")
@@ -683,7 +741,9 @@ def block_rows(ds, blocks) -> np.ndarray:
 # %% ../../nbs/13_inference.ipynb #cda750e6
 def is_uncased(tok) -> bool:
     "True when the tokenizer folds case (e.g. MiniLM's uncased WordPiece)."
-    return tok('Zebra Q', add_special_tokens=False)['input_ids'] == tok('zebra q', add_special_tokens=False)['input_ids']
+    return (
+        tok('Zebra Q', add_special_tokens=False)['input_ids'] == tok('zebra q', add_special_tokens=False)['input_ids']
+    )
 
 # %% ../../nbs/13_inference.ipynb #2e90ee3a
 class NPM:
@@ -694,7 +754,8 @@ class NPM:
                  max_len: int = 256, # longest query in tokens
                 ):
         if mode not in ('npm', 'single'): raise ValueError(f"mode={mode!r}: use 'npm' or 'single'")
-        self.encoder, self.tok, self.mode, self.max_len = encoder.eval(), check_pair(encoder, check_tokenizer(tok)), mode, max_len
+        self.encoder, self.tok = encoder.eval(), check_pair(encoder, check_tokenizer(tok))
+        self.mode, self.max_len = mode, max_len
         self.fold_case = is_uncased(tok)
 
     @classmethod
@@ -708,7 +769,8 @@ class NPM:
         "The encoder's fingerprint (cached on it: see `npm_nb.models.encoder_fingerprint`)."
         return encoder_fingerprint(self.encoder)
 
-    def __repr__(self): return f"NPM(mode={self.mode!r}, h={hidden_size(self.encoder)}, tokenizer={self.tok.name_or_path!r})"
+    def __repr__(self):
+        return f"NPM(mode={self.mode!r}, h={hidden_size(self.encoder)}, tokenizer={self.tok.name_or_path!r})"
 
     def encode_queries(self, texts, batch_size: int = 32):
         "Query vectors: `(q_start, q_end)` for NPM, `q` for NPM-single (see `encode_queries`)."
@@ -731,23 +793,34 @@ def _is_int(v): return isinstance(v, (int, np.integer)) and not isinstance(v, (b
 ALPHA_MAX = 10  # |α| above this overflows: 512 tokens ** 114 is already inf in float64; the paper uses 0 to 3
 
 # %% ../../nbs/13_inference.ipynb #1b61cfe9
-def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=None, restrict_k=None, agg=None, w_start=None,
-                      span_rule=None):
+def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=None, restrict_k=None, agg=None,
+                      w_start=None, span_rule=None):
     "Raise a clear error naming the fix for a search parameter that makes no sense (`None` is not checked)."
-    for name, v, lo, eg in (('k', k, 1, 'k=4096 (more than the store holds is fine)'), ('topn', topn, 0, 'topn=5'),
-                            ('restrict_k', restrict_k, 0, 'restrict_k=3')):
+    for name, v, lo, eg in (
+        ('k', k, 1, 'k=4096 (more than the store holds is fine)'),
+        ('topn', topn, 0, 'topn=5'),
+        ('restrict_k', restrict_k, 0, 'restrict_k=3'),
+    ):
         if v is not None and (not _is_int(v) or v < lo):
             raise ValueError(f"{name}={v!r}: use an integer >= {lo}, e.g. {eg}")
     for name, v in (('l_max', l_max), ('temperature', temperature)):  # the ranges of `npm_nb.core.SETTINGS`
-        if v is not None: check_setting(name, v)
-    if alpha is not None and not (isinstance(alpha, (int, float, np.number)) and not isinstance(alpha, (bool, np.bool_))
-                                  and math.isfinite(alpha) and abs(alpha) <= ALPHA_MAX):
-        raise ValueError(f"alpha={alpha!r}: use a number from -{ALPHA_MAX} to {ALPHA_MAX} (score × length^α; 0 = no length "
-                         "bonus, the paper uses 0, 0.5 and 1, and up to 3 for translation): a larger one makes every score "
-                         "overflow to inf")
+        if v is not None:
+            check_setting(name, v)
+    if alpha is not None and not (
+        isinstance(alpha, (int, float, np.number))
+        and not isinstance(alpha, (bool, np.bool_))
+        and math.isfinite(alpha)
+        and abs(alpha) <= ALPHA_MAX
+    ):
+        raise ValueError(
+            f"alpha={alpha!r}: use a number from -{ALPHA_MAX} to {ALPHA_MAX} (score × length^α; 0 = no length "
+            "bonus, the paper uses 0, 0.5 and 1, and up to 3 for translation): a larger one makes every score "
+            "overflow to inf"
+        )
     if span_rule is not None and span_rule not in SPAN_RULES:
         raise ValueError(f"span_rule={span_rule!r}: use one of {SPAN_RULES} ('content': the default)")
-    if agg is not None and agg not in AGGREGATIONS: raise ValueError(f"agg={agg!r}: use one of {AGGREGATIONS} (sum: the paper's)")
+    if agg is not None and agg not in AGGREGATIONS:
+        raise ValueError(f"agg={agg!r}: use one of {AGGREGATIONS} (sum: the paper's)")
     if w_start is not None and not (isinstance(w_start, (int, float, np.number)) and 0 <= w_start <= 1):
         raise ValueError(f"w_start={w_start!r}: use a number in [0, 1] (0.5: the paper's P_start + P_end)")
 
@@ -776,13 +849,22 @@ def check_verbalizers(verbalizers) -> dict:
 
 # %% ../../nbs/13_inference.ipynb #96d1c74b
 def check_inputs(model, ds, index=None, bm25=None):
-    "Raise a clear error unless `ds` holds vectors, was built with `model`'s encoder and tokenizer, and `index` / `bm25` on `ds`."
+    "Raise a clear error unless `ds` holds vectors of `model`'s encoder and tokenizer, and `index` / `bm25` fit `ds`."
     if getattr(ds, 'manifest', None) is not None and len(ds) == 0:
         m = ds.manifest
-        raise ValueError(f"datastore {ds.path} holds no vectors ({m['n_docs']} documents"
-                         + (", every token of them a stopword or punctuation, which remove_stopwords leaves out" if m['remove_stopwords'] else '')
-                         + "): there is nothing to retrieve; add documents with text (ds.add / npm-nb add) or build it from other documents")
-    check_model(ds, model.encoder, model.tok); check_index(index, ds); check_bm25(bm25, ds)
+        raise ValueError(
+            f"datastore {ds.path} holds no vectors ({m['n_docs']} documents"
+            + (
+                ", every token of them a stopword or punctuation, which remove_stopwords leaves out"
+                if m['remove_stopwords']
+                else ''
+            )
+            + "): there is nothing to retrieve; add documents with text (ds.add / npm-nb add) "
+            "or build it from other documents"
+        )
+    check_model(ds, model.encoder, model.tok)
+    check_index(index, ds)
+    check_bm25(bm25, ds)
 
 # %% ../../nbs/13_inference.ipynb #2734f024
 @patch
@@ -804,12 +886,13 @@ def predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
                  ) -> list[list[Prediction]]:
     "Top-n phrases with provenance for each query."
     if self.mode != 'npm': raise ValueError("phrase prediction needs mode='npm'; for NPM-single use predict_single")
-    texts = as_queries(texts); check_search_args(k, topn, l_max, temperature, alpha, restrict_k, agg, w_start, span_rule)
+    texts = as_queries(texts)
+    check_search_args(k, topn, l_max, temperature, alpha, restrict_k, agg, w_start, span_rule)
     check_inputs(self, ds, index, bm25)
     if not texts: return []
     qs, qe = self.encode_queries(texts, batch_size)
-    kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case, device=self.device,
-              agg=agg, w_start=w_start, span_rule=span_rule)
+    kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case,
+              device=self.device, agg=agg, w_start=w_start, span_rule=span_rule)
     if bm25 is None:  # one pass over the store for all start and end queries
         sc, rw = neighbours(ds, np.concatenate([qs, qe]), k, index, device=self.device)
         (s_s, s_r), (e_s, e_r) = (sc[:len(qs)], rw[:len(qs)]), (sc[len(qs):], rw[len(qs):])
@@ -819,7 +902,9 @@ def predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
     sims = similarity(np.concatenate([qs, qe]), ds.vectors[union])   # one product for every query's blocks
     out = []
     for i, r in enumerate(rows):
-        if not len(r): out.append([]); continue
+        if not len(r):
+            out.append([])
+            continue
         c = np.searchsorted(union, r)
         out.append(predict_phrases(ds, qs[i], qe[i], r, sims[i, c], r, sims[len(qs) + i, c], **kw))
     return out
@@ -832,7 +917,7 @@ def predict(self: NPM, text: str, ds, **kw) -> list[Prediction]:
 
 # %% ../../nbs/13_inference.ipynb #5d93f34d
 def drawable(text: str) -> str:
-    "`text` with every character matplotlib's default font cannot draw replaced by '?' (labels, without glyph warnings)."
+    "`text` with '?' for each character matplotlib's default font cannot draw (labels without glyph warnings)."
     from matplotlib import font_manager
     font = font_manager.get_font(font_manager.findfont(font_manager.FontProperties()))
     return ''.join(c if c.isspace() or font.get_char_index(ord(c)) else '?' for c in text)
@@ -846,7 +931,8 @@ def block_span_probs(ds, q_start, q_end, # a datastore and one query's two vecto
     tt = token_table(ds)
     tokens = np.arange(tt.offsets[block], tt.offsets[block + 1])
     s = similarity(np.stack([q_start, q_end]), ds.vectors).astype(np.float64) / temperature
-    p = np.exp(s - s.max(1, keepdims=True)); p /= p.sum(1, keepdims=True)
+    p = np.exp(s - s.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
     rows = tt.row[tokens]
     ps, pe = (np.where(rows >= 0, p[i][np.maximum(rows, 0)], 0.0) for i in (0, 1))
     real = tt.char_start[tokens] >= 0
@@ -860,19 +946,21 @@ def plot_span_evidence(ds, q_start, q_end, # a datastore and one query's two vec
                        temperature: float = 1.0,
                        ax=None, # a matplotlib axis (default: a new figure)
                       ):
-    "Bars of `P_start` (up) and `P_end` (down) over the tokens of one block, the phrase `span` shaded; returns the axis."
+    "Bars of `P_start` (up) and `P_end` (down) over one block's tokens, the phrase `span` shaded; returns the axis."
     import matplotlib.pyplot as plt
     tokens, labels, ps, pe = block_span_probs(ds, q_start, q_end, block, temperature)
     if ax is None: _, ax = plt.subplots(figsize=(8, 3))
     x = np.arange(len(tokens))
-    ax.bar(x, ps, color='tab:blue', label='P_start'); ax.bar(x, -pe, color='tab:orange', label='P_end')
+    ax.bar(x, ps, color='tab:blue', label='P_start')
+    ax.bar(x, -pe, color='tab:orange', label='P_end')
     if span is not None:
         a, b = int(span[0] - tokens[0]), int(span[1] - tokens[0])
         ax.axvspan(a - 0.5, b + 0.5, color='tab:green', alpha=0.2, label='phrase')
     ax.axhline(0, color='black', lw=0.5)
     ax.set_xticks(x, [drawable(l) for l in labels], rotation=90, fontsize=7)
     ax.set_xlim(-0.6, len(x) - 0.4)
-    ax.set_ylabel('probability (end below 0)'); ax.set_title(f'Start and end probabilities over block {block}')
+    ax.set_ylabel('probability (end below 0)')
+    ax.set_title(f'Start and end probabilities over block {block}')
     ax.legend(fontsize=7, loc='upper right')
     return ax
 
@@ -884,8 +972,10 @@ def predict_single(self: NPM, text, # a query with one [MASK], or a list of them
                   ) -> list:
     "NPM-single: the top-n token strings and their probabilities (App. A.3); a list of those for a list of queries."
     if self.mode != 'single': raise ValueError("predict_single needs mode='single' (one mask); for phrases use predict")
-    one = isinstance(text, str); texts = [check_query(text)] if one else as_queries(text)
-    check_search_args(k=k, topn=topn, temperature=temperature); check_inputs(self, ds, index)
+    one = isinstance(text, str)
+    texts = [check_query(text)] if one else as_queries(text)
+    check_search_args(k=k, topn=topn, temperature=temperature)
+    check_inputs(self, ds, index)
     if not texts: return []
     s, r = neighbours(ds, self.encode_queries(texts, batch_size), k, index, device=self.device)  # all queries at once
     out = [token_distribution(ds, r[i], s[i], temperature, self.fold_case)[:topn] for i in range(len(texts))]
@@ -894,8 +984,10 @@ def predict_single(self: NPM, text, # a query with one [MASK], or a list of them
 # %% ../../nbs/13_inference.ipynb #f32f0b10
 def _softmax_rows(logits: np.ndarray) -> np.ndarray:
     "Row-wise softmax in float64 over the finite entries (a row with none gives zeros)."
-    x = np.asarray(logits, np.float64); fin = np.isfinite(x)
-    m = np.where(fin, x, -np.inf).max(1, keepdims=True); m = np.where(np.isfinite(m), m, 0.0)
+    x = np.asarray(logits, np.float64)
+    fin = np.isfinite(x)
+    m = np.where(fin, x, -np.inf).max(1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
     e = np.where(fin, np.exp(np.where(fin, x, 0.0) - m), 0.0)
     z = e.sum(1, keepdims=True)
     return np.divide(e, z, out=np.zeros_like(e), where=z > 0)
@@ -911,8 +1003,11 @@ def closed_set_probs(self: NPM, texts, # one query or a list, each with one [MAS
                      batch_size: int = 32, # queries a forward pass
                     ) -> np.ndarray:
     "P(label) from the neighbours' mass on each label's words: [n_labels], or [Q, n_labels] for a list."
-    one = isinstance(texts, str); texts = [check_query(texts)] if one else as_queries(texts)
-    check_verbalizers(verbalizers); check_search_args(k=k, temperature=temperature); check_inputs(self, ds, index)
+    one = isinstance(texts, str)
+    texts = [check_query(texts)] if one else as_queries(texts)
+    check_verbalizers(verbalizers)
+    check_search_args(k=k, temperature=temperature)
+    check_inputs(self, ds, index)
     if not texts: return np.zeros((0, len(verbalizers)))
     if self.mode == 'single':
         words = [n for n in set(w for ws in verbalizers.values() for w in ws) if len(self.tok.tokenize(n.strip())) > 1]
@@ -921,7 +1016,8 @@ def closed_set_probs(self: NPM, texts, # one query or a list, each with one [MAS
         s, r = neighbours(ds, self.encode_queries(texts, batch_size), k, index, device=self.device)
         parts = [(r, s, 'whole')]
     else:  # one search for the start and the end queries together
-        qs, qe = self.encode_queries(texts, batch_size); n = len(texts)
+        qs, qe = self.encode_queries(texts, batch_size)
+        n = len(texts)
         s, r = neighbours(ds, np.concatenate([qs, qe]), k, index, device=self.device)
         parts = [(r[:n], s[:n], 'start'), (r[n:], s[n:], 'end')]
     T = temperature * (temperature if double_temperature and self.mode == 'npm' else 1.0)
