@@ -28,9 +28,13 @@ __all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'PAPER_SCORING', 'TEMPORAL', 'RUN_ONLY_FI
            'elapsed', 'bf16_autocast', 'closed_set_corpora', 'closed_set_rows', 'profile_parameters']
 
 # %% ../../nbs/20_reference.ipynb #2c213e56
-MODEL_ROWS = {'npm': 'NPM (ours, trained)', 'single': 'NPM-single (ours, trained)',
-              'init': 'MiniLM init, NPM scoring (untrained)', 'init_single': 'MiniLM init, NPM-single scoring (untrained)',
-              'mlm': 'MLM-continued MiniLM (parametric)'}
+MODEL_ROWS = {
+    'npm': 'NPM (ours, trained)',
+    'single': 'NPM-single (ours, trained)',
+    'init': 'MiniLM init, NPM scoring (untrained)',
+    'init_single': 'MiniLM init, NPM-single scoring (untrained)',
+    'mlm': 'MLM-continued MiniLM (parametric)',
+}
 
 def trained_path(profile: str, objective: str) -> Path:
     "The final checkpoint of `objective` for `profile`, or a clear error."
@@ -46,13 +50,14 @@ def load_row_model(row: str, # one of MODEL_ROWS
                    profile: str = 'smoke', # whose checkpoints
                    base: str = 'minilm', # the init encoder
                    device: str | None = None):
-    "The model of one table row: an `NPM` (npm, single, init, init_single) or `(masked_lm, tok)` (mlm); `base` is the init's encoder."
+    "A table row's model: an `NPM` (npm, single, init, init_single; `base` is the init) or `(masked_lm, tok)` (mlm)."
     if row not in MODEL_ROWS: raise KeyError(f"unknown row {row!r}: use one of {list(MODEL_ROWS)}")
     device = device or default_device()
     if row == 'mlm':
         p = trained_path(profile, 'mlm')
         return AutoModelForMaskedLM.from_pretrained(p).to(device).eval(), load_tokenizer(str(p))
-    if row.startswith('init'): return NPM.from_pretrained(base, mode='single' if row == 'init_single' else 'npm', device=device)
+    if row.startswith('init'):
+        return NPM.from_pretrained(base, mode='single' if row == 'init_single' else 'npm', device=device)
     return NPM.from_pretrained(str(trained_path(profile, row)), mode=row, device=device)
 
 # %% ../../nbs/20_reference.ipynb #61b28021
@@ -83,17 +88,21 @@ def _column(d, name: str) -> list:
 
 # %% ../../nbs/20_reference.ipynb #9b25a77e
 def _budget_indices(docs, budget: int, tok, seed: int, skip=None, chunk: int = 64) -> tuple:
-    "Sorted row numbers of a seeded random subset of `docs` whose tokens fit `budget` (none `skip(texts)` flags), and the tokens used."
+    "Sorted rows of a seeded subset of `docs` whose tokens fit `budget` (none flagged by `skip`), and the tokens used."
     order, keep, used = np.random.default_rng(seed).permutation(len(docs)), [], 0
     for s in range(0, len(order), chunk):
-        idx = order[s:s + chunk].tolist(); texts = [t or '' for t in _column(docs.select(idx), 'text')]
+        idx = order[s : s + chunk].tolist()
+        texts = [t or '' for t in _column(docs.select(idx), 'text')]
         if skip is not None:
-            ok = ~skip(texts); idx, texts = [i for i, o in zip(idx, ok) if o], [t for t, o in zip(texts, ok) if o]
+            ok = ~skip(texts)
+            idx, texts = [i for i, o in zip(idx, ok) if o], [t for t, o in zip(texts, ok) if o]
         lens = [len(x) for x in tok(texts, add_special_tokens=False)['input_ids']] if texts else []
         added = 0
         for i, n in zip(idx, lens):
             if used + n > budget and keep: continue
-            keep.append(i); used += n; added += 1
+            keep.append(i)
+            used += n
+            added += 1
         if used >= budget or (texts and not added): break   # full, or nothing of a whole chunk fits the rest
     return sorted(keep), used
 
@@ -113,21 +122,29 @@ def drop_matches(texts, # the candidate documents' texts
                  drop, # texts that must not be selected (or a prepared `_drop_index`)
                  probe: int = 8, # drop texts of at least this many words are also found inside longer documents
                 ) -> np.ndarray:
-    "Boolean mask over `texts`: True where a text equals a `drop` text, or contains one of >= `probe` words (case, punctuation, spacing ignored)."
+    "Mask over `texts`: True where a text equals a `drop` text or holds one of >= `probe` words (case, marks ignored)."
     whole, long = drop if isinstance(drop, tuple) else _drop_index(drop, probe)
     out = np.zeros(len(texts), bool)
     for i, t in enumerate(texts):
         w = _words(t)
-        if w in whole: out[i] = True; continue
+        if w in whole:
+            out[i] = True
+            continue
         for j in range(len(w) - probe + 1) if long else ():
-            if any(w[j:j + len(f)] == f for f in long.get(w[j:j + probe], ())): out[i] = True; break
+            if any(w[j : j + len(f)] == f for f in long.get(w[j : j + probe], ())):
+                out[i] = True
+                break
     return out
 
 # %% ../../nbs/20_reference.ipynb #e9faafc9
 def _size(name: str) -> float:
     "A corpus's MiniLM tokens from its build record (infinite when unknown): budget shares go to the smallest first."
-    try: return float(json.loads((Path(_corpus(name).cache_files[0]['filename']).parent/'build.json').read_text())['tokens'])
-    except Exception: return float('inf')
+    try:
+        return float(
+            json.loads((Path(_corpus(name).cache_files[0]['filename']).parent / 'build.json').read_text())['tokens']
+        )
+    except Exception:
+        return float('inf')
 
 # %% ../../nbs/20_reference.ipynb #c8cbf482
 def reference_corpus(names, # corpus names (`npm_nb.data.corpora.CORPORA`, or 'translation')
@@ -136,7 +153,7 @@ def reference_corpus(names, # corpus names (`npm_nb.data.corpora.CORPORA`, or 't
                      keep=None, # document ids always selected (their tokens count first against the budget)
                      drop=None, # texts never selected (see `drop_matches`), e.g. the evaluated examples
                     ):
-    "The documents of `names` (columns id, title, text, source): `keep` always, no `drop` match, the rest a seeded subset within `max_tokens`."
+    "The documents of `names` (id, title, text, source): `keep`, no `drop` match, a seeded rest within `max_tokens`."
     names = [names] if isinstance(names, str) else list(names)
     key = (tuple(names), max_tokens, seed, getattr(tok, 'name_or_path', None), _digest(keep or ()),
            _digest(' '.join(_words(t)) for t in (drop or ())))
@@ -159,19 +176,29 @@ def _select(names, max_tokens, seed, tok, keep, drop):
     for n in names:
         d = _corpus(n).select_columns(['id', 'title', 'text', 'source'])
         d = d.cast(d.features)
-        if skip and not max_tokens: d = d.select(np.flatnonzero(~skip(_column(d, 'text'))).tolist())   # everything: check all
+        if skip and not max_tokens:
+            d = d.select(np.flatnonzero(~skip(_column(d, 'text'))).tolist())  # everything: check all
         kept[n] = [i for i, x in enumerate(_column(d, 'id')) if x in keep]
-        if skip and kept[n]: kept[n] = [i for i, bad in zip(kept[n], skip(_column(d.select(kept[n]), 'text'))) if not bad]
+        if skip and kept[n]:
+            kept[n] = [i for i, bad in zip(kept[n], skip(_column(d.select(kept[n]), 'text'))) if not bad]
         if kept[n] and max_tokens:
-            used += sum(len(x) for x in tok([t or '' for t in _column(d.select(kept[n]), 'text')], add_special_tokens=False)['input_ids'])
+            used += sum(
+                len(x)
+                for x in tok([t or '' for t in _column(d.select(kept[n]), 'text')], add_special_tokens=False)[
+                    'input_ids'
+                ]
+            )
         corpora[n] = d
     if not max_tokens: return datasets.concatenate_datasets([corpora[n] for n in names])
     budget, parts = max(0, max_tokens - used), {}
     for k, n in enumerate(sorted(names, key=_size)):   # smallest first: a corpus below its share passes the rest on
         d, share = corpora[n], budget // (len(names) - k)
         rest = np.setdiff1d(np.arange(len(d)), kept[n])
-        idx, u = _budget_indices(d.select(rest.tolist()), share, tok, seed, skip) if share > 0 and len(rest) else ([], 0)
-        parts[n] = d.select(sorted(kept[n] + rest[idx].tolist())); budget -= u
+        idx, u = (
+            _budget_indices(d.select(rest.tolist()), share, tok, seed, skip) if share > 0 and len(rest) else ([], 0)
+        )
+        parts[n] = d.select(sorted(kept[n] + rest[idx].tolist()))
+        budget -= u
     return datasets.concatenate_datasets([parts[n] for n in names])
 
 # %% ../../nbs/20_reference.ipynb #3873c240
@@ -186,11 +213,16 @@ def _normalize_all(texts) -> str:
 @lru_cache(maxsize=16)
 def _title_index(name: str) -> tuple:
     "(normalised title → ids, ids) of a corpus; a WordNet title is one key per lemma, parentheses dropped."
-    d = _corpus(name); ids = _column(d, 'id'); parts, owner = [], []
+    d = _corpus(name)
+    ids = _column(d, 'id')
+    parts, owner = [], []
     for j, t in enumerate(_column(d, 'title')):
         for p in ((t or '').split(', ') if name == 'wordnet' else [t or '']):
-            parts.append(p); owner.append(j)
-            if '(' in p: parts.append(re.sub(r'\s*\(.*?\)', '', p)); owner.append(j)
+            parts.append(p)
+            owner.append(j)
+            if '(' in p:
+                parts.append(re.sub(r'\s*\(.*?\)', '', p))
+                owner.append(j)
     by_title = {}
     for j, k in zip(owner, _normalize_all(parts).split('\x00')):
         if (k := k.strip()): by_title.setdefault(k, []).append(ids[j])
@@ -212,14 +244,18 @@ def subject_documents(subjects, # the evaluated subjects (e.g. a task's `subject
     out = {}
     for s in dict.fromkeys(subjects):
         k = normalize_answer(s or '')
-        if not k: out[s] = []; continue
+        if not k:
+            out[s] = []
+            continue
         hits = [i for n in names for i in _title_index(n)[0].get(k, [])]
         if not hits:
             counts = {}
             for n in names:
                 ids, (text, starts), key, p = _title_index(n)[1], _mention_text(n), f' {k} ', 0
                 while (p := text.find(key, p)) >= 0 and len(counts) < 10_000:
-                    i = ids[int(np.searchsorted(starts, p, 'right')) - 1]; counts[i] = counts.get(i, 0) + 1; p += 1
+                    i = ids[int(np.searchsorted(starts, p, 'right')) - 1]
+                    counts[i] = counts.get(i, 0) + 1
+                    p += 1
             hits = sorted(counts, key=lambda i: -counts[i])[:max_mentions]
         out[s] = list(dict.fromkeys(hits))
     return out
@@ -281,9 +317,11 @@ def plain_blocks(docs, # documents (a Dataset with `text`)
     bl, texts = build_blocks(docs, tok, max_len=max_len, progress=False)[:], _column(docs, 'text')
     out = []
     for di, cs, ce in zip(bl['doc_index'], bl['char_start'], bl['char_end']):
-        di, cs, ce = np.asarray(di), np.asarray(cs), np.asarray(ce); parts = []
+        di, cs, ce = np.asarray(di), np.asarray(cs), np.asarray(ce)
+        parts = []
         for d in dict.fromkeys(di[cs >= 0].tolist()):
-            sel = (di == d) & (cs >= 0); parts.append(texts[d][cs[sel].min():ce[sel].max()])
+            sel = (di == d) & (cs >= 0)
+            parts.append(texts[d][cs[sel].min() : ce[sel].max()])
         out.append('\n'.join(parts))
     return out
 
@@ -292,33 +330,57 @@ def store_path(profile: str, key: str, names, max_tokens=None, remove_stopwords:
                keep=None, drop=None, amp: str | None = None) -> Path:
     "Where the datastore of this encoder row and corpus selection (and encoding precision) is cached."
     names = [names] if isinstance(names, str) else list(names)
-    sel = '+'.join(names) + f"-{max_tokens or 'all'}" + (f'-s{seed}' if seed else '') + ('-nostop' if remove_stopwords else '')
+    sel = (
+        '+'.join(names)
+        + f"-{max_tokens or 'all'}"
+        + (f'-s{seed}' if seed else '')
+        + ('-nostop' if remove_stopwords else '')
+    )
     if amp and amp != 'none': sel += f'-{amp}'  # an fp32 store and a bf16 one of the same corpus are different stores
     if keep: sel += f'-keep{len(set(keep))}x{_digest(keep)}'
     if drop: sel += f"-drop{len(set(drop))}x{_digest(' '.join(_words(t)) for t in drop)}"
     return data_dir('cache', 'datastores', profile, key, sel)
 
 # %% ../../nbs/20_reference.ipynb #e7a9a71b
-def reference_datastore(model: NPM, # the row's model (its encoder fills the store)
-                        key: str, # the row's store key (`store_key(row)`)
-                        names, # reference corpus names
-                        profile: str = 'smoke',
-                        max_tokens: int | None = None, remove_stopwords: bool = False, seed: int = 0,
-                        max_len: int = 256, batch_size: int = 32, progress: bool = True,
-                        keep=None, drop=None, # see `reference_corpus`
-                        amp: str | None = None, # encoder autocast: None (fp32) or 'bf16' (`encode_blocks`; own cache path)
-                       ) -> Datastore:
+def reference_datastore(
+    model: NPM,  # the row's model (its encoder fills the store)
+    key: str,  # the row's store key (`store_key(row)`)
+    names,  # reference corpus names
+    profile: str = 'smoke',
+    max_tokens: int | None = None,
+    remove_stopwords: bool = False,
+    seed: int = 0,
+    max_len: int = 256,
+    batch_size: int = 32,
+    progress: bool = True,
+    keep=None,
+    drop=None,  # see `reference_corpus`
+    amp: str | None = None,  # encoder autocast: None (fp32) or 'bf16' (`encode_blocks`; own cache path)
+) -> Datastore:
     "The cached datastore, built (resumably) from `reference_corpus(names, max_tokens, keep=, drop=)` on first use."
     fp = encoder_fingerprint(model.encoder)[:8]  # a retrained model gets its own store, never a stale one
     path = store_path(profile, f'{key}-{fp}', names, max_tokens, remove_stopwords, seed, keep, drop, amp)
-    if (path/'manifest.json').exists() and not (path/'pending').exists() and read_json(path/'manifest.json').get('parts'):
+    if (
+        (path / 'manifest.json').exists()
+        and not (path / 'pending').exists()
+        and read_json(path / 'manifest.json').get('parts')
+    ):
         # finished: the path names the corpus selection, no need to re-select it; `load` checks encoder and tokenizer
         # against the manifest, and the checksums the first time this process opens the store
         return Datastore.load(path, model.encoder, model.tok)
     docs = reference_corpus(names, max_tokens, seed, model.tok, keep=keep, drop=drop)
-    return Datastore.build(docs, model.encoder, model.tok, path, max_len=max_len, batch_size=batch_size,
-                           remove_stopwords=remove_stopwords, source='+'.join([names] if isinstance(names, str) else names),
-                           progress=progress, amp=amp)
+    return Datastore.build(
+        docs,
+        model.encoder,
+        model.tok,
+        path,
+        max_len=max_len,
+        batch_size=batch_size,
+        remove_stopwords=remove_stopwords,
+        source='+'.join([names] if isinstance(names, str) else names),
+        progress=progress,
+        amp=amp,
+    )
 
 # %% ../../nbs/20_reference.ipynb #3f33a87b
 def reference_bm25(ds: Datastore) -> BM25Retriever:
@@ -327,23 +389,45 @@ def reference_bm25(ds: Datastore) -> BM25Retriever:
     if (p/'done').exists():
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter('ignore'); bm = BM25Retriever.load(p)  # verifies the files' checksums
+                warnings.simplefilter('ignore')
+                bm = BM25Retriever.load(p)  # verifies the files' checksums
             if bm.store == store_fingerprint(ds): return bm
-            why = 'built on another state of the store (e.g. before an add)' if bm.store else 'from an older version (no record)'
+            why = (
+                'built on another state of the store (e.g. before an add)'
+                if bm.store
+                else 'from an older version (no record)'
+            )
         except (ValueError, OSError) as e: why = f'damaged ({str(e)[:120]})'
         warnings.warn(f"the cached BM25 index {p} is {why}: rebuilding it")
     with hold_lock(ds.path, 'datastore'):
         bm, tmp = BM25Retriever(ds), p.with_name('.bm25.tmp')
-        shutil.rmtree(tmp, ignore_errors=True); bm.save(tmp); (tmp/'done').write_text('ok')
-        shutil.rmtree(p, ignore_errors=True); os.replace(tmp, p)
+        shutil.rmtree(tmp, ignore_errors=True)
+        bm.save(tmp)
+        (tmp / 'done').write_text('ok')
+        shutil.rmtree(p, ignore_errors=True)
+        os.replace(tmp, p)
     return bm
 
 # %% ../../nbs/20_reference.ipynb #devcrit1
-from ..npm.inference import (bm25_query, block_rows, similarity, token_table, candidate_spans, span_probs, phrase_texts,
-                                  occurrence_scores, aggregate_phrases, check_search_args)
+from npm_nb.npm.inference import (
+    bm25_query,
+    block_rows,
+    similarity,
+    token_table,
+    candidate_spans,
+    span_probs,
+    phrase_texts,
+    occurrence_scores,
+    aggregate_phrases,
+    check_search_args,
+)
 from ..npm.evaluation import exact_match
 
-PAPER_SCORING = ('sum', 1.0, 0.5)  # (agg, temperature, w_start): the paper's phrase score, P_start + P_end summed over occurrences
+PAPER_SCORING = (
+    'sum',
+    1.0,
+    0.5,
+)  # (agg, temperature, w_start): the paper's phrase score, P_start + P_end summed over occurrences
 TEMPORAL = 'temporal unchanged'  # the temporal task's stratum name
 
 def setting_answers(npm: NPM, ds: Datastore, bm25, # the model, its store and a BM25 index of the store
@@ -353,23 +437,35 @@ def setting_answers(npm: NPM, ds: Datastore, bm25, # the model, its store and a 
     "Per query, the top answer string of every setting ('' where no span is found), from one search of its BM25 blocks."
     settings = [tuple(s) for s in settings]
     for a, T, w in settings: check_search_args(agg=a, temperature=T, w_start=w)
-    temps = sorted({s[1] for s in settings}); tt = token_table(ds); out = []
+    temps = sorted({s[1] for s in settings})
+    tt = token_table(ds)
+    out = []
     qs, qe = npm.encode_queries(list(queries), batch_size)
     for i, (q, f_q) in enumerate(zip(queries, questions)):
         r = np.sort(block_rows(ds, bm25.retrieve(bm25_query(q, f_q), restrict_k)))
-        if not len(r): out.append({s: '' for s in settings}); continue
+        if not len(r):
+            out.append({s: '' for s in settings})
+            continue
         sims = similarity(np.stack([qs[i], qe[i]]), ds.vectors[r])
         f, l = candidate_spans(tt, tt.token[r], tt.token[r], l_max)
-        if not len(f): out.append({s: '' for s in settings}); continue
+        if not len(f):
+            out.append({s: '' for s in settings})
+            continue
         texts, lengths = phrase_texts(ds, tt, f, l), l - f + 1
         probs = {T: span_probs(ds, tt, qs[i], qe[i], f, l, sims[0], sims[1], T, npm.device) for T in temps}
-        out.append({(a, T, w): texts[aggregate_phrases(texts, occurrence_scores(*probs[T], w), lengths, 0.0, npm.fold_case, a)[0][0]]
-                    for a, T, w in settings})
+        out.append(
+            {
+                (a, T, w): texts[
+                    aggregate_phrases(texts, occurrence_scores(*probs[T], w), lengths, 0.0, npm.fold_case, a)[0][0]
+                ]
+                for a, T, w in settings
+            }
+        )
     return out
 
 # %% ../../nbs/20_reference.ipynb #bfe15670
 def keep_sections(text: str, keep: set) -> str:
-    "A Factbook document restricted to the sections named in `keep` (a section starts at a line without ':'; empty: all)."
+    "A Factbook document cut to the sections named in `keep` (a section opens at a line without ':'; empty: all)."
     if not keep: return text
     out, on = [], False
     for line in text.split('\n'):
@@ -384,12 +480,16 @@ def open_set_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER
                      max_tokens: int = 10_000, # store cap in tokens besides the subjects' documents (0: all)
                      max_mentions: int = 3, seed: int = 0, restrict_k: int = 3, l_max: int = 10, batch_size: int = 32,
                      encode_amp: str = 'none') -> tuple:
-    "`(store, bm25, {task: (examples, answers)})`: the open-set tasks as `05_open_set` evaluates them (its store cache)."
-    names, tasks = list(corpora.split(',') if isinstance(corpora, str) else corpora), list(tasks.split(',') if isinstance(tasks, str) else tasks)
+    "`(store, bm25, {task: (examples, answers)})`: the open-set tasks as `05_open_set` evaluates them (its store)."
+    names, tasks = (
+        list(corpora.split(',') if isinstance(corpora, str) else corpora),
+        list(tasks.split(',') if isinstance(tasks, str) else tasks),
+    )
     examples, _, keep = open_selection(names, tasks, per_bucket, seed, max_mentions, split=split)
     ds = reference_datastore(npm, 'npm', names, profile, max_tokens or None, remove_stopwords=True, seed=seed,
                              batch_size=batch_size, progress=False, keep=keep, amp=encode_amp)
-    bm = reference_bm25(ds); out = {}
+    bm = reference_bm25(ds)
+    out = {}
     for t, d in examples.items():
         qf = d['is_question'].astype(bool).tolist() if 'is_question' in d.columns else [None] * len(d)
         out[t] = (d, setting_answers(npm, ds, bm, d['query'].tolist(), qf, settings, restrict_k, l_max, batch_size))
@@ -403,18 +503,29 @@ def temporal_selection(year: str, # the Factbook edition: '2015' or '2025'
                        max_len: int, amp: str = 'none', # the block length and the encoding precision
                       ) -> str:
     "The cache name of a temporal datastore (stopwords removed): edition, country sample, sections, blocks, precision."
-    return (f"factbook{year}-{'all' if countries is None else countries}c-s{seed}{'' if split == 'test' else '-' + split}-"
-            f"{'+'.join(sorted(sections)).replace(' ', '_') or 'whole'}-L{max_len}-nostop"
-            + ('' if amp == 'none' else f'-{amp}'))
+    return (
+        f"factbook{year}-{'all' if countries is None else countries}c-s{seed}{'' if split == 'test' else '-' + split}-"
+        f"{'+'.join(sorted(sections)).replace(' ', '_') or 'whole'}-L{max_len}-nostop"
+        + ('' if amp == 'none' else f'-{amp}')
+    )
 
 # %% ../../nbs/20_reference.ipynb #4c5dd063
-def temporal_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER_SCORING,),
-                     n_countries: int = 6, # countries of the split, seeded (0: all)
-                     sections: str = 'Introduction,Government', # Factbook sections kept in each document
-                     seed: int = 0, restrict_k: int = 3, l_max: int = 10, max_len: int = 256, batch_size: int = 32,
-                     encode_amp: str = 'none', own_suffix: str = '-21scoring', # the store's name when 06_temporal's holds other countries
-                    ) -> tuple:
-    "`(facts, answers)`: the temporal task's unchanged facts against the 2025 Factbook (as `06_temporal`; its store cache)."
+def temporal_answers(
+    npm: NPM,
+    profile: str,
+    split: str = 'dev',
+    settings=(PAPER_SCORING,),
+    n_countries: int = 6,  # countries of the split, seeded (0: all)
+    sections: str = 'Introduction,Government',  # Factbook sections kept in each document
+    seed: int = 0,
+    restrict_k: int = 3,
+    l_max: int = 10,
+    max_len: int = 256,
+    batch_size: int = 32,
+    encode_amp: str = 'none',
+    own_suffix: str = '-21scoring',  # the store's name when 06_temporal's holds other countries
+) -> tuple:
+    "`(facts, answers)`: the temporal task's unchanged facts against the 2025 Factbook (as `06_temporal`)."
     keep_s = {s.strip() for s in sections.split(',') if s.strip()}
     fb = load_corpus('factbook2025')
     gec = {r.split('/')[1]: i for i, r in enumerate(fb['id'])}
@@ -427,46 +538,101 @@ def temporal_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER
     if n_countries and n_countries < len(countries):
         countries = sorted(np.random.default_rng(seed).choice(countries, n_countries, replace=False).tolist())
     task = task[task.gec.isin(countries) & ~task.changed].reset_index(drop=True)
-    docs = (fb.select(sorted(gec[g] for g in countries)).select_columns(['id', 'title', 'text', 'source'])
-              .map(lambda r: {'text': keep_sections(r['text'], keep_s)}))
+    docs = (
+        fb.select(sorted(gec[g] for g in countries))
+        .select_columns(['id', 'title', 'text', 'source'])
+        .map(lambda r: {'text': keep_sections(r['text'], keep_s)})
+    )
     sel = temporal_selection('2025', len(countries) if n_countries else None, seed, split, keep_s, max_len, encode_amp)
     path = data_dir('cache', 'datastores', profile, f'npm-{encoder_fingerprint(npm.encoder)[:8]}', sel)
-    build = lambda p: Datastore.build(docs, npm.encoder, npm.tok, p, max_len=max_len, batch_size=batch_size, remove_stopwords=True,
-                                      device=npm.device, source='factbook2025', progress=False, amp=encode_amp)
-    try: ds = build(path)
-    except ValueError as e:   # that name holds another country sample (06_temporal samples its own): a store of our own
-        if 'corpus mismatch' not in str(e): raise
+    build = lambda p: Datastore.build(
+        docs,
+        npm.encoder,
+        npm.tok,
+        p,
+        max_len=max_len,
+        batch_size=batch_size,
+        remove_stopwords=True,
+        device=npm.device,
+        source='factbook2025',
+        progress=False,
+        amp=encode_amp,
+    )
+    try:
+        ds = build(path)
+    except ValueError as e:  # that name holds another country sample (06_temporal samples its own): a store of our own
+        if 'corpus mismatch' not in str(e):
+            raise
         ds = build(path.with_name(path.name + own_suffix))
-    return task, setting_answers(npm, ds, reference_bm25(ds), task['query'].tolist(), [None] * len(task), settings, restrict_k, l_max, batch_size)
+    return task, setting_answers(
+        npm, ds, reference_bm25(ds), task['query'].tolist(), [None] * len(task), settings, restrict_k, l_max, batch_size
+    )
 
 # %% ../../nbs/20_reference.ipynb #devcrit3
 def setting_hits(answers: list, golds, settings) -> dict:
     "Per setting, each example's EM in % (0 or 100)."
-    return {s: 100 * np.array([bool(a[s]) and exact_match(a[s], g) for a, g in zip(answers, golds)], dtype=float) for s in settings}
+    return {
+        s: 100 * np.array([bool(a[s]) and exact_match(a[s], g) for a, g in zip(answers, golds)], dtype=float)
+        for s in settings
+    }
 
 # %% ../../nbs/20_reference.ipynb #05d0bffb
-def dev_evaluation(npm, # an `NPM`, or the path of a checkpoint (loaded in NPM mode)
-                   profile: str, split: str = 'dev', settings=(PAPER_SCORING,), device: str | None = None,
-                   per_bucket: int = 4, n_countries: int = 6, # examples: per open-set task and bucket; temporal countries
-                   **kw, # the settings of `open_set_answers` and `temporal_answers` (max_tokens, sections, restrict_k, l_max ...)
-                  ) -> dict:
-    "The criterion's evaluation of one NPM: per setting the per-example hits (%), their strata (task, bucket), example counts."
-    if not isinstance(npm, NPM): npm = NPM.from_pretrained(str(npm), mode='npm', device=device or default_device())
+def dev_evaluation(
+    npm,  # an `NPM`, or the path of a checkpoint (loaded in NPM mode)
+    profile: str,
+    split: str = 'dev',
+    settings=(PAPER_SCORING,),
+    device: str | None = None,
+    per_bucket: int = 4,
+    n_countries: int = 6,  # examples: per open-set task and bucket; temporal countries
+    **kw,  # the settings of `open_set_answers` and `temporal_answers` (max_tokens, sections, restrict_k, l_max ...)
+) -> dict:
+    "The criterion's evaluation of one NPM: per setting the hits (%) of each example, their strata, the example counts."
+    if not isinstance(npm, NPM):
+        npm = NPM.from_pretrained(str(npm), mode='npm', device=device or default_device())
     settings = [tuple(s) for s in settings]
-    open_kw = {k: kw[k] for k in ('corpora', 'tasks', 'max_tokens', 'max_mentions', 'seed', 'restrict_k', 'l_max', 'batch_size', 'encode_amp') if k in kw}
-    temp_kw = {k: kw[k] for k in ('sections', 'seed', 'restrict_k', 'l_max', 'max_len', 'batch_size', 'encode_amp', 'own_suffix') if k in kw}
-    if (bad := set(kw) - set(open_kw) - set(temp_kw)): raise TypeError(f'dev_evaluation: unknown settings {sorted(bad)}')
+    open_kw = {
+        k: kw[k]
+        for k in (
+            'corpora',
+            'tasks',
+            'max_tokens',
+            'max_mentions',
+            'seed',
+            'restrict_k',
+            'l_max',
+            'batch_size',
+            'encode_amp',
+        )
+        if k in kw
+    }
+    temp_kw = {
+        k: kw[k]
+        for k in ('sections', 'seed', 'restrict_k', 'l_max', 'max_len', 'batch_size', 'encode_amp', 'own_suffix')
+        if k in kw
+    }
+    if bad := set(kw) - set(open_kw) - set(temp_kw):
+        raise TypeError(f'dev_evaluation: unknown settings {sorted(bad)}')
     ds, bm, open_res = open_set_answers(npm, profile, split, settings, per_bucket=per_bucket, **open_kw)
     facts, temp_ans = temporal_answers(npm, profile, split, settings, n_countries=n_countries, **temp_kw)
     strata, parts = [], {s: [] for s in settings}
     for t, (d, ans) in open_res.items():
         strata += [(t, int(b)) for b in d.bucket.clip(upper=4)]
-        for s, h in setting_hits(ans, d['answers'], settings).items(): parts[s].append(h)
+        for s, h in setting_hits(ans, d['answers'], settings).items():
+            parts[s].append(h)
     strata += [(TEMPORAL, 0)] * len(facts)
-    for s, h in setting_hits(temp_ans, facts['answers_new'], settings).items(): parts[s].append(h)
-    return {'hits': {s: np.concatenate(v) for s, v in parts.items()}, 'strata': strata,
-            'n': {t: len(d) for t, (d, _) in open_res.items()} | {TEMPORAL: len(facts)},
-            'open': open_res, 'temporal': (facts, temp_ans), 'store': ds, 'bm25': bm, 'model': npm}
+    for s, h in setting_hits(temp_ans, facts['answers_new'], settings).items():
+        parts[s].append(h)
+    return {
+        'hits': {s: np.concatenate(v) for s, v in parts.items()},
+        'strata': strata,
+        'n': {t: len(d) for t, (d, _) in open_res.items()} | {TEMPORAL: len(facts)},
+        'open': open_res,
+        'temporal': (facts, temp_ans),
+        'store': ds,
+        'bm25': bm,
+        'model': npm,
+    }
 
 # %% ../../nbs/20_reference.ipynb #devcrit5
 def stratum_weights(strata) -> dict:
@@ -480,14 +646,16 @@ def criterion(hits, # per example: its EM in %
               strata, # per example: its (task, bucket)
              ) -> tuple:
     "`(criterion, SE)`: the mean over tasks of each task's mean over its buckets, SE stratified by (task, bucket)."
-    x = np.asarray(hits, dtype=float); keys = [tuple(k) for k in strata]
+    x = np.asarray(hits, dtype=float)
+    keys = [tuple(k) for k in strata]
     if len(x) != len(keys): raise ValueError(f'{len(x)} hits for {len(keys)} strata')
     idx = {}
     for i, k in enumerate(keys): idx.setdefault(k, []).append(i)
     m, v = 0.0, 0.0
     for g, w in stratum_weights(keys).items():
         xg = x[idx[g]]
-        m += w * xg.mean(); v += w ** 2 * (xg.var(ddof=1) / len(xg) if len(xg) > 1 else 0.0)
+        m += w * xg.mean()
+        v += w**2 * (xg.var(ddof=1) / len(xg) if len(xg) > 1 else 0.0)
     return float(m), float(np.sqrt(v))
 
 # %% ../../nbs/20_reference.ipynb #73e5b390
@@ -499,17 +667,32 @@ def task_scores(hits, strata) -> dict:
     "Each task's macro EM (mean over its buckets), in the order the tasks first appear."
     x, keys, out = np.asarray(hits, dtype=float), [tuple(k) for k in strata], {}
     for t in dict.fromkeys(k[0] for k in keys):
-        out[t] = float(np.mean([x[[i for i, k in enumerate(keys) if k == (t, b)]].mean() for b in sorted({k[1] for k in keys if k[0] == t})]))
+        out[t] = float(
+            np.mean(
+                [
+                    x[[i for i, k in enumerate(keys) if k == (t, b)]].mean()
+                    for b in sorted({k[1] for k in keys if k[0] == t})
+                ]
+            )
+        )
     return out
 
 # %% ../../nbs/20_reference.ipynb #recipe01
 import dataclasses, glob as _glob
 from ..npm.training import TrainConfig
 
-RUN_ONLY_FIELDS = ('profile', 'out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'workers')  # do not change the weights
+RUN_ONLY_FIELDS = (
+    'profile',
+    'out_dir',
+    'log_every',
+    'save_every',
+    'keep_last',
+    'device',
+    'workers',
+)  # do not change the weights
 
 def training_fields(cfg) -> dict:
-    "The fields of a `TrainConfig` (or of its `train_config.json` dict) that decide the trained weights, in a comparable form."
+    "The fields of a `TrainConfig` (or its `train_config.json` dict) that decide the trained weights, comparable."
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     d = {**defaults, **(dict(cfg) if isinstance(cfg, dict) else dataclasses.asdict(cfg))}
     d = {k: v for k, v in d.items() if k not in RUN_ONLY_FIELDS}
@@ -532,23 +715,33 @@ def finished_run(cfg, # the recipe's TrainConfig
     return None
 
 # %% ../../nbs/20_reference.ipynb #19368b36
-def training_minutes(out_dir,
-                     at_quantile: float | None = None, # None: as logged; q: every interval at the q-quantile of the logged speeds
-                    ) -> float:
-    "Minutes of a run's training loop from its metrics.jsonl (NaN when there is none): wall clock, or at its own fast speed."
-    p = Path(out_dir)/'metrics.jsonl'
-    if not p.exists(): return float('nan')
+def training_minutes(
+    out_dir,
+    at_quantile: float | None = None,  # None: as logged; q: every interval at the q-quantile of the logged speeds
+) -> float:
+    "Minutes of a run's training loop from its metrics.jsonl (NaN without one): wall clock, or at its own fast speed."
+    p = Path(out_dir) / 'metrics.jsonl'
+    if not p.exists():
+        return float('nan')
     rows = {}
     for line in p.read_text().splitlines():
-        if line.strip(): r = json.loads(line); rows[r['step']] = r   # a resumed run logs its repeated steps again: the last counts
-    if not rows: return float('nan')
-    if at_quantile is not None:   # a run slowed down by other work on the machine: its tokens at the speed of its fast intervals
-        if not 0 < at_quantile <= 1: raise ValueError(f'at_quantile={at_quantile}: use a fraction in (0, 1], e.g. 0.9')
+        if line.strip():
+            r = json.loads(line)
+            rows[r['step']] = r  # a resumed run logs its repeated steps again: the last counts
+    if not rows:
+        return float('nan')
+    if (
+        at_quantile is not None
+    ):  # a run slowed down by other work on the machine: its tokens at the speed of its fast intervals
+        if not 0 < at_quantile <= 1:
+            raise ValueError(f'at_quantile={at_quantile}: use a fraction in (0, 1], e.g. 0.9')
         speed = float(np.quantile([r['tokens_per_s'] for r in rows.values()], at_quantile))
         return rows[max(rows)]['tokens'] / max(speed, 1e-9) / 60
     secs, prev = 0.0, 0
     for s in sorted(rows):
-        r = rows[s]; secs += (r['tokens'] - prev) / max(r['tokens_per_s'], 1e-9); prev = r['tokens']
+        r = rows[s]
+        secs += (r['tokens'] - prev) / max(r['tokens_per_s'], 1e-9)
+        prev = r['tokens']
     return secs / 60
 
 # %% ../../nbs/20_reference.ipynb #recipe02
@@ -557,10 +750,11 @@ def choose_recipe(hits: dict, # recipe -> per-example hits (%), all on the same 
                   minutes: dict, # recipe -> training minutes (its cost)
                   max_minutes: float | None = None, # the budget: recipes over it are not chosen (None: no budget)
                  ) -> tuple:
-    "`(chosen recipe, table)`: the best criterion, or the cheapest recipe within one paired SE of it; the table says why."
+    "`(chosen recipe, table)`: the best criterion, or the cheapest recipe within one paired SE of it; the table: why."
     rows = []
     for r, h in hits.items():
-        m, se = criterion(h, strata); mins = minutes.get(r, float('nan'))
+        m, se = criterion(h, strata)
+        mins = minutes.get(r, float('nan'))
         ok = max_minutes is None or (mins == mins and mins <= max_minutes)
         rows.append({'recipe': r, 'criterion': m, '± SE': se, 'minutes': mins, 'within budget': ok})
     t = pd.DataFrame(rows).set_index('recipe')
