@@ -7,6 +7,7 @@ from __future__ import annotations
 import math, os, time, warnings
 import numpy as np
 import torch
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SAMPLE_STRIDE', 'BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'CHUNK_ROWS', 'GROUP', 'set_threads',
@@ -46,6 +47,7 @@ def order_topk(s, # scores [Q, M]
         s, r = s.index_put((t,), ts.gather(1, o)), r.index_put((t,), tr.gather(1, o))
     return s[:, :k], r[:, :k]
 
+# %% ../../nbs/11_search.ipynb #a3e0a661
 def _count(keep):
     "True entries per row of a bool matrix, int64 (summing bools directly costs 20x more on the CPU)."
     return keep.view(torch.uint8).sum(1, dtype=torch.int32).long()
@@ -65,6 +67,7 @@ def merge_topk(S, R, # the running best [Q, k'] (scores, rows)
         out_s, out_r = out_s.index_put((t,), ts), out_r.index_put((t,), tr)
     return out_s, out_r
 
+# %% ../../nbs/11_search.ipynb #6deb24e7
 def _compact(s, # a chunk's scores [Q, C]
              keep, # which to keep [Q, C] (bool)
              offset: int, # the chunk's first row
@@ -87,6 +90,15 @@ def _cpu_bf16() -> bool:
 
 SAMPLE_STRIDE = 16   # CPU bf16: every 16th stored row sets each query's first threshold (kept first in the resident copy)
 
+# %% ../../nbs/11_search.ipynb #a35713e1
+def _tensor(x):
+    "A torch view of a numpy array or memmap (a read-only memmap is fine: nothing writes to it)."
+    if isinstance(x, torch.Tensor): return x
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', UserWarning)
+        return torch.from_numpy(np.ascontiguousarray(x))
+
+# %% ../../nbs/11_search.ipynb #56f44f44
 class ExactSearch:
     "Exact top-k inner-product search over an fp16 store: the CPU's fastest matrix product, made exact (fp32 scores, exact top-k)."
     def __init__(self, vectors, # the store `[N, h]`: an fp16 memmap or array (or a `Datastore`)
@@ -118,40 +130,39 @@ class ExactSearch:
             resident = self.nbytes <= free
         self.X = self._load() if resident and self.n else None
 
-    @property
-    def nbytes(self) -> int: return self.n * self.d * self.dtype.itemsize   # of the resident copy
-    @property
-    def resident(self) -> bool: return self.X is not None
+# %% ../../nbs/11_search.ipynb #b22b5fdc
+@patch(as_prop=True)
+def nbytes(self: ExactSearch) -> int: return self.n * self.d * self.dtype.itemsize   # of the resident copy
 
-    def __repr__(self):
-        where = f"resident {str(self.dtype)[6:]} ({self.nbytes / 2**20:,.0f} MiB)" if self.resident else 'streamed from the fp16 store'
-        return f"ExactSearch(N={self.n:,}, h={self.d}, {self.device}, {where}, precision={self.precision})"
+@patch(as_prop=True)
+def resident(self: ExactSearch) -> bool: return self.X is not None
 
-    def _load(self):
-        "The whole store on the device in `self.dtype`, filled chunk by chunk; a CPU bf16 copy holds rows 0, 16, 32, ... first (`self._perm[position] = row`)."
-        X = torch.empty((self.n, self.d), dtype=self.dtype, device=self.device)
-        self._perm = None
-        if self.device.type == 'cpu' and self.dtype == torch.bfloat16 and self.n >= 2 * SAMPLE_STRIDE:
-            ns = -(-self.n // SAMPLE_STRIDE)                       # the sample, X[:ns], then the other rows in order
-            for a in range(0, self.n, 1 << 18):                    # (1 << 18 is a multiple of the stride)
-                x = _tensor(self.vectors[a:a + (1 << 18)]); s = a // SAMPLE_STRIDE
-                rest = torch.ones(len(x), dtype=torch.bool); rest[::SAMPLE_STRIDE] = False
-                X[s:s + len(x[::SAMPLE_STRIDE])].copy_(x[::SAMPLE_STRIDE]); X[ns + a - s:ns + a - s + int(rest.sum())].copy_(x[rest])
-            rows = torch.arange(self.n)
-            self._perm = torch.cat([rows[::SAMPLE_STRIDE], rows[rows % SAMPLE_STRIDE != 0]])
-            return X
-        for a in range(0, self.n, 1 << 18): X[a:a + (1 << 18)].copy_(_tensor(self.vectors[a:a + (1 << 18)]))
+@patch
+def __repr__(self: ExactSearch):
+    where = f"resident {str(self.dtype)[6:]} ({self.nbytes / 2**20:,.0f} MiB)" if self.resident else 'streamed from the fp16 store'
+    return f"ExactSearch(N={self.n:,}, h={self.d}, {self.device}, {where}, precision={self.precision})"
+
+# %% ../../nbs/11_search.ipynb #a75d342d
+@patch
+def _load(self: ExactSearch):
+    "The whole store on the device in `self.dtype`, filled chunk by chunk; a CPU bf16 copy holds rows 0, 16, 32, ... first (`self._perm[position] = row`)."
+    X = torch.empty((self.n, self.d), dtype=self.dtype, device=self.device)
+    self._perm = None
+    if self.device.type == 'cpu' and self.dtype == torch.bfloat16 and self.n >= 2 * SAMPLE_STRIDE:
+        ns = -(-self.n // SAMPLE_STRIDE)                       # the sample, X[:ns], then the other rows in order
+        for a in range(0, self.n, 1 << 18):                    # (1 << 18 is a multiple of the stride)
+            x = _tensor(self.vectors[a:a + (1 << 18)]); s = a // SAMPLE_STRIDE
+            rest = torch.ones(len(x), dtype=torch.bool); rest[::SAMPLE_STRIDE] = False
+            X[s:s + len(x[::SAMPLE_STRIDE])].copy_(x[::SAMPLE_STRIDE]); X[ns + a - s:ns + a - s + int(rest.sum())].copy_(x[rest])
+        rows = torch.arange(self.n)
+        self._perm = torch.cat([rows[::SAMPLE_STRIDE], rows[rows % SAMPLE_STRIDE != 0]])
         return X
+    for a in range(0, self.n, 1 << 18): X[a:a + (1 << 18)].copy_(_tensor(self.vectors[a:a + (1 << 18)]))
+    return X
 
 # %% ../../nbs/11_search.ipynb #66ce222a
-def _tensor(x):
-    "A torch view of a numpy array or memmap (a read-only memmap is fine: nothing writes to it)."
-    if isinstance(x, torch.Tensor): return x
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', UserWarning)
-        return torch.from_numpy(np.ascontiguousarray(x))
-
-def _rows_per_chunk(self, nq: int) -> int:
+@patch
+def _rows_per_chunk(self: ExactSearch, nq: int) -> int:
     if self.chunk: return int(self.chunk)
     return 8192 if self.device.type == 'cpu' else max(1 << 15, (1 << 26) // max(nq, 1))
 
@@ -161,7 +172,9 @@ def _spans(n: int, C: int, first: int):
     while a < n:
         yield a, min(n, a + size); a += size; size = min(C, 2 * size)
 
-def _chunks(self, C: int, first: int):
+# %% ../../nbs/11_search.ipynb #bf58e445
+@patch
+def _chunks(self: ExactSearch, C: int, first: int):
     "Yield `(first row, rows [<= C, h])` on the device; the first chunks are smaller (see `_search_batch`)."
     buf = torch.empty((C, self.d), dtype=self.dtype) if self.X is None and self.device.type == 'cpu' else None
     for a, b in _spans(self.n, C, first):
@@ -171,17 +184,18 @@ def _chunks(self, C: int, first: int):
         elif x.dtype == self.dtype: yield a, x                     # already fp32 (e.g. a float32 array)
         else: yield a, buf[:len(x)].copy_(x)                       # fp16 -> fp32 into the reused buffer
 
-def _scores(self, q, X):
+# %% ../../nbs/11_search.ipynb #ec8c3898
+@patch
+def _scores(self: ExactSearch, q, X):
     "Inner products `[Q, C]` in fp32 (on a GPU in fp16 precision: fp16 products, fp32 accumulation)."
     if self.precision == 'fp16':
         try: return torch.mm(q, X.T, out_dtype=torch.float32)
         except (TypeError, RuntimeError): return (q @ X.T).float()
     return q @ (X if X.dtype == torch.float32 else X.float()).T
 
-ExactSearch._rows_per_chunk, ExactSearch._chunks, ExactSearch._scores = _rows_per_chunk, _chunks, _scores
-
 # %% ../../nbs/11_search.ipynb #7b096c4d
-def _gather(self, rows):
+@patch
+def _gather(self: ExactSearch, rows):
     "The stored vectors of `rows` (any shape, all >= 0) in fp32 on the device, `[*rows.shape, h]`."
     if self.X is not None and self.X.dtype != torch.bfloat16: return self.X[rows].float()   # (a bf16 copy is not the store)
     if self.device.type == 'cpu' and not isinstance(self.vectors, np.memmap):   # in memory: read the rows directly
@@ -190,7 +204,9 @@ def _gather(self, rows):
     u, inv = torch.unique(rows, return_inverse=True)
     return _tensor(self.vectors[u.cpu().numpy()]).to(self.device).float()[inv]
 
-def _exact(self, q, rows):
+# %% ../../nbs/11_search.ipynb #0ad158fc
+@patch
+def _exact(self: ExactSearch, q, rows):
     "Exact fp32 inner products of queries `q [Q, h]` with their `rows [Q, K]` (-inf where rows < 0)."
     ok = rows >= 0; r = torch.where(ok, rows, torch.zeros_like(rows))
     out = torch.empty(rows.shape, dtype=torch.float32, device=self.device)
@@ -199,8 +215,10 @@ def _exact(self, q, rows):
         out[b:b + sub] = torch.bmm(q[b:b + sub, None, :].float(), self._gather(r[b:b + sub]).transpose(1, 2))[:, 0]
     return torch.where(ok, out, torch.full_like(out, -math.inf))
 
+# %% ../../nbs/11_search.ipynb #f42dfc65
+@patch
 @torch.inference_mode()
-def _scores_of(self, q, # queries `[Q, h]` (float32)
+def scores(self: ExactSearch, q, # queries `[Q, h]` (float32)
                rows, # rows `[Q, K]` of the store (-1: none)
               ) -> np.ndarray:
     "Exact inner products `[Q, K]` of each query with its rows, fp32 (`-inf` where the row is -1)."
@@ -209,10 +227,9 @@ def _scores_of(self, q, # queries `[Q, h]` (float32)
     if rows.numel() and int(rows.max()) >= self.n: raise IndexError(f"row {int(rows.max())} is out of range: N = {self.n}")
     return self._exact(q, rows).cpu().numpy()
 
-ExactSearch._gather, ExactSearch._exact, ExactSearch.scores = _gather, _exact, _scores_of
-
 # %% ../../nbs/11_search.ipynb #ae82cd22
-def _search_batch(self, q, k: int):
+@patch
+def _search_batch(self: ExactSearch, q, k: int):
     "The best `k` rows (unordered) for one batch of queries, over all chunks of the store."
     nq = len(q)
     run_s = torch.empty((nq, 0), dtype=torch.float32, device=self.device)
@@ -236,8 +253,10 @@ def _search_batch(self, q, k: int):
     if pend: run_s, run_r = merge_topk(run_s, run_r, torch.cat([x for x, _ in pend], 1), torch.cat([r for _, r in pend], 1), k)
     return run_s, run_r
 
+# %% ../../nbs/11_search.ipynb #ce568396
+@patch
 @torch.inference_mode()
-def _search(self, q, # queries `[Q, h]` (or `[h]`), float32
+def search(self: ExactSearch, q, # queries `[Q, h]` (or `[h]`), float32
             k: int, # neighbours a query (at most N come back)
            ) -> tuple[np.ndarray, np.ndarray]:
     "`(scores, rows)`, each `[Q, min(k, N)]`: exact inner products, best first (ties: the lower row first)."
@@ -258,8 +277,6 @@ def _search(self, q, # queries `[Q, h]` (or `[h]`), float32
         S.append(s.cpu().numpy()); R.append(r.cpu().numpy())
     return np.concatenate(S), np.concatenate(R)
 
-ExactSearch._search_batch, ExactSearch.search = _search_batch, _search
-
 # %% ../../nbs/11_search.ipynb #20e6b469
 BF16_UNIT = 2.0 ** -8   # bf16's unit roundoff: 8 significant bits, round to nearest
 SCORE_BYTES = 1 << 29   # CPU: the scores of one matrix product `[Q, C]` take at most this many bytes
@@ -270,14 +287,18 @@ def bf16_error_bound(d: int, # the vectors' dimension
     u = BF16_UNIT
     return 1.01 * (3 * u + 4 * u * u + 4 * d * 2.0 ** -24)
 
-def _max_norm(self) -> float:
+# %% ../../nbs/11_search.ipynb #20ba0aef
+@patch
+def _max_norm(self: ExactSearch) -> float:
     "The largest norm of a stored vector (of the fp16 store itself, read once)."
     if self._norm_cap is None:
         self._norm_cap = max((float(_tensor(self.vectors[a:a + (1 << 16)]).float().norm(dim=1).max())
                               for a in range(0, self.n, 1 << 16)), default=0.0)
     return self._norm_cap
 
-def _rows_of(self, a: int, b: int, dtype):
+# %% ../../nbs/11_search.ipynb #b01e9b7f
+@patch
+def _rows_of(self: ExactSearch, a: int, b: int, dtype):
     "Store rows `a:b` in `dtype`: a slice of a resident copy of that type, else converted from the store."
     if self.X is not None and self.X.dtype == dtype: return self.X[a:b]
     if getattr(self, '_X32', None) is not None and dtype == torch.float32: return self._X32[a:b]
@@ -285,7 +306,9 @@ def _rows_of(self, a: int, b: int, dtype):
 
 BF16_MAX_SHORTLIST = 256  # bf16 only while the shortlist k + margin is at most N / this: past it, screening and rescoring (which grow with k) cost about what bf16 saves (measured above)
 
-def _dense_top(self, q, # queries `[Q, h]` in the product's dtype (fp32: exact; bf16: a shortlist)
+# %% ../../nbs/11_search.ipynb #0740de8d
+@patch
+def _dense_top(self: ExactSearch, q, # queries `[Q, h]` in the product's dtype (fp32: exact; bf16: a shortlist)
                K: int):
     "Per query the best `K` rows, unordered, one matrix product a row range: fp32 exact (ties: lower rows), bf16 as scored."
     exact = q.dtype == torch.float32
@@ -308,6 +331,7 @@ def _dense_top(self, q, # queries `[Q, h]` in the product's dtype (fp32: exact; 
     if getattr(self, '_perm', None) is not None and self.X is not None and q.dtype == self.X.dtype: R = self._perm[R]   # positions -> rows
     return S, R
 
+# %% ../../nbs/11_search.ipynb #f4e3a1f4
 def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
                 k: int):
     "`(scores, rows)` on the CPU: one fp32 product and topk, or the certified bf16 shortlist (see above)."
@@ -352,8 +376,6 @@ def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
     self.stats = st
     return np.concatenate(S), np.concatenate(R)
 
-ExactSearch._max_norm, ExactSearch._rows_of, ExactSearch._dense_top = _max_norm, _rows_of, _dense_top
-
 # %% ../../nbs/11_search.ipynb #014fbf53
 from concurrent.futures import ThreadPoolExecutor
 
@@ -381,6 +403,7 @@ def _above_flat(s, # bf16 (or fp32) scores `[Q, C]` of store rows `offset...`
         qi, v, r = torch.cat([qi, q2]), torch.cat([v, s[q2, c2 + C0]]), torch.cat([r, c2 + C0 + offset])
     return qi, v, r
 
+# %% ../../nbs/11_search.ipynb #630baba2
 def _pack(qi, v, r, # flat entries: queries, scores, rows
           Q: int): # queries
     "Flat entries as `[Q, m]` (scores, rows; padding -inf, row -1), each query's in the given order, and `m`."
@@ -392,6 +415,7 @@ def _pack(qi, v, r, # flat entries: queries, scores, rows
     cs.view(-1)[at] = v; cr.view(-1)[at] = r
     return cs, cr, m
 
+# %% ../../nbs/11_search.ipynb #86aa4026
 def _on_cores(fn, # called as `fn(i)` for `i` in `range(w)`, in a thread with torch at one thread
               w: int):
     "`[fn(0), ..., fn(w - 1)]`, one worker a core, each with torch at one thread (so a core never waits for the other)."
@@ -402,6 +426,7 @@ def _on_cores(fn, # called as `fn(i)` for `i` in `range(w)`, in a thread with to
     try: return [fn(0)] if w == 1 else list(_pools.setdefault(w, ThreadPoolExecutor(w)).map(one, range(w)))
     finally: torch.set_num_threads(nt)
 
+# %% ../../nbs/11_search.ipynb #95cace60
 def _stream_top(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 resident copy)
                 thr, # bf16 thresholds `[Q, 1]`: rows scoring at most this are left out
                 a0: int, b0: int, # the store rows this worker searches
@@ -428,6 +453,7 @@ def _stream_top(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 resident co
     if not qs: return torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=qb.dtype), torch.empty(0, dtype=torch.int64), thr
     return torch.cat(qs), torch.cat(vs), torch.cat(rs), thr
 
+# %% ../../nbs/11_search.ipynb #11d1d850
 def _bf16_shortlist(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 resident copy: the same in fp32)
                     K: int, # about this many rows a query (the first threshold: the sample's ⌈K/16⌉-th score)
                     thr=None, # or given thresholds `[Q, 1]` (bf16): every row above them, none dropped
@@ -456,6 +482,7 @@ def _bf16_shortlist(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 residen
     S, R, _ = _pack(qi, v, r if perm is None else perm[r], len(qb))   # one padded matrix (positions -> rows), no padding per chunk
     return S.float(), R, t
 
+# %% ../../nbs/11_search.ipynb #9dec1bae
 def _rescore(self, q, # fp32 queries `[Q, h]`
              S, R, # their shortlist: bf16 scores `[Q, M]` (as float), rows (-1: none), M >= k
              k: int,
@@ -474,6 +501,7 @@ def _rescore(self, q, # fp32 queries `[Q, h]`
     s, r = order_topk(torch.cat([e1, s2], 1), torch.cat([R1, r2], 1), k)
     return s, r, L
 
+# %% ../../nbs/11_search.ipynb #b93f69c0
 def _bf16_certified(self, qb, # fp32 queries `[Q, h]`
                     k: int, K: int,
                     bound, # `c·|q|·max|x|` per query `[Q]`
@@ -489,6 +517,7 @@ def _bf16_certified(self, qb, # fp32 queries `[Q, h]`
     s, r, L = (torch.cat(x) for x in zip(*outs))
     return s, r, t + bound < L, L
 
+# %% ../../nbs/11_search.ipynb #8e46e33b
 def _bf16_below(x):
     "Per value of `x` (fp32 `[Q]`) the largest bf16 number strictly below it, `[Q, 1]`."
     v = x.bfloat16(); i = v.view(torch.int16)
@@ -496,6 +525,7 @@ def _bf16_below(x):
     v = torch.where((v.float() < x) | torch.isneginf(x), v, down.view(torch.bfloat16))
     return v[:, None]
 
+# %% ../../nbs/11_search.ipynb #821735b1
 def _fp32_streamed(self, q, # fp32 queries `[Q, h]`, the store resident in fp32
                    k: int, K: int):
     "`(scores, rows, exact)`: the fp32 top-`k` from the streamed shortlist of the fp32 products; exact where the k-th score is above `t`."
@@ -503,7 +533,6 @@ def _fp32_streamed(self, q, # fp32 queries `[Q, h]`, the store resident in fp32
     if S.shape[1] < k: return torch.zeros((len(q), k)), torch.zeros((len(q), k), dtype=torch.int64), torch.zeros(len(q), dtype=torch.bool)
     s, r = order_topk(S, R, k)                                     # the scores are the fp32 ones: only the order to settle
     return s, r, s[:, -1] > t                                      # every row left out scores at most t
-
 
 # %% ../../nbs/11_search.ipynb #8330461c
 def matmul_rate(device='cpu', # where to measure
