@@ -4,12 +4,14 @@
 
 # %% ../../nbs/23_explorer.ipynb #699c2248
 from __future__ import annotations
-import argparse, errno, hashlib, html, inspect, json, os, re, shutil, socket, sys, tempfile, threading, time, traceback, warnings, weakref
+import argparse, errno, hashlib, html, inspect, json, os, re, shutil, socket, sys, tempfile, threading, time
+import traceback, warnings, weakref
 from dataclasses import dataclass, field, asdict
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 import numpy as np, torch
+from fastcore.basics import patch
 from ..core import data_dir, committed_results_dir, project_root, atomic_write_json
 from ..models import default_device, encoder_fingerprint
 from ..data.tasks import TASKS, LOCAL_TASKS
@@ -24,24 +26,29 @@ __all__ = ['MAX_QUERY_CHARS', 'MAX_CORPUS_CHARS', 'MAX_CORPUS_TOKENS', 'EXAMPLE'
            'REQUEST_FIELDS', 'SERVER_THREADS', 'CONNECTION_LIMIT', 'CHANNEL_TIMEOUT', 'SERVER_BODY_BYTES',
            'CHROMIUM_ARGS', 'BENCH_QUERIES', 'BENCH_TEMPLATES', 'InputProblem', 'check_query', 'parse_corpus',
            'check_paste_tokens', 'public_message', 'closed_set_task', 'parse_labels', 'task_verbalizer', 'CorpusEntry',
-           'register_corpus', 'ModelEntry', 'register_model', 'Settings', 'Evidence', 'Exploration', 'evidence',
-           'doc_meta', 'NPMResources', 'prepare_npm', 'answer_npm', 'register_checkpoint', 'encoder_label',
+           'register_corpus', 'ModelEntry', 'register_model', 'Settings', 'Evidence', 'Exploration', 'doc_meta',
+           'evidence', 'NPMResources', 'prepare_npm', 'answer_npm', 'register_checkpoint', 'encoder_label',
            'pasted_root', 'sweep_pasted', 'Explorer', 'bars_svg', 'render_error', 'render_html', 'explorer_widget',
            'masked_sentence', 'store_examples', 'request_problem', 'host_name', 'allowed_hosts', 'create_app',
            'ExplorerServer', 'serve', 'serve_in_thread', 'chromium_path', 'free_port', 'screenshot', 'start_explorer',
            'main', 'latency_benchmark', 'write_latency']
 
-# %% ../../nbs/23_explorer.ipynb #2b2d2377
+# %% ../../nbs/23_explorer.ipynb #325b8402
 MAX_QUERY_CHARS = 1_000     # a query is a sentence or two around the blank
-MAX_CORPUS_CHARS = 20_000   # pasted reference text, encoded on the spot (~4.6k MiniLM tokens of English, ~1 s on 2 cores)
+MAX_CORPUS_CHARS = (
+    20_000  # pasted reference text, encoded on the spot (~4.6k MiniLM tokens of English, ~1 s on 2 cores)
+)
 MAX_CORPUS_TOKENS = 6_000   # ... and in the model's tokens (other scripts and digits take more tokens per character)
 
 class InputProblem(ValueError):
     "Bad input from a person: the message says what was wrong and how to fix it (the UI shows it as is)."
-    def __init__(self, message: str,
-                 status: int = 422): # the web app's HTTP status: 422 (readable, but the content is wrong), 413 (too long)
-        super().__init__(message); self.status = status
+    def __init__(
+        self, message: str, status: int = 422
+    ):  # the web app's HTTP status: 422 (readable, but the content is wrong), 413 (too long)
+        super().__init__(message)
+        self.status = status
 
+# %% ../../nbs/23_explorer.ipynb #9b0e71ce
 EXAMPLE = f'Thessaloniki is a city in {MASK}.'
 
 def check_query(text: str | None, # what the person typed
@@ -50,11 +57,15 @@ def check_query(text: str | None, # what the person typed
     text = (text or '').strip()
     if not text: raise InputProblem(f"Type a sentence with one {MASK} where the missing phrase goes, e.g. '{EXAMPLE}'")
     if len(text) > max_chars:
-        raise InputProblem(f"The query is {len(text):,} characters long; keep it under {max_chars:,}: a sentence or two "
-                           f"around the {MASK} is all NPM reads.", 413)
+        raise InputProblem(
+            f"The query is {len(text):,} characters long; keep it under {max_chars:,}: a sentence or two "
+            f"around the {MASK} is all NPM reads.",
+            413,
+        )
     text = re.sub(r'\[\s*mask\s*\]', MASK, text, flags=re.I)
     n = text.count(MASK)
-    if n == 0: raise InputProblem(f"The query has no {MASK}: write {MASK} where the missing phrase goes, e.g. '{EXAMPLE}'")
+    if n == 0:
+        raise InputProblem(f"The query has no {MASK}: write {MASK} where the missing phrase goes, e.g. '{EXAMPLE}'")
     if n > 1: raise InputProblem(f"The query has {n} {MASK}s, but NPM fills one blank at a time: keep one {MASK} and "
                                  "write the other blanks out.")
     return text
@@ -64,33 +75,45 @@ def parse_corpus(text: str | None, # pasted reference text: paragraphs separated
                  max_chars: int = MAX_CORPUS_CHARS) -> dict:
     "Documents `{'text', 'id', 'title'}` from pasted text, or an `InputProblem`."
     if text is not None and not isinstance(text, str):
-        raise InputProblem(f"The pasted corpus must be text (paragraphs separated by blank lines), not {type(text).__name__} "
-                           f"{str(text)[:40]}.")
+        raise InputProblem(
+            f"The pasted corpus must be text (paragraphs separated by blank lines), not {type(text).__name__} "
+            f"{str(text)[:40]}."
+        )
     text = (text or '').strip()
     if not text: raise InputProblem("The corpus is empty: paste a few paragraphs of reference text (separated by blank "
                                     "lines) for NPM to retrieve phrases from, or pick one of the built-in corpora.")
     if len(text) > max_chars:
-        raise InputProblem(f"The pasted corpus is {len(text):,} characters long; the explorer encodes pasted text on the "
-                           f"spot, so keep it under {max_chars:,} (or build a datastore with `NPM.build_datastore`).", 413)
+        raise InputProblem(
+            f"The pasted corpus is {len(text):,} characters long; the explorer encodes pasted text on the "
+            f"spot, so keep it under {max_chars:,} (or build a datastore with `NPM.build_datastore`).",
+            413,
+        )
     docs = {'text': [], 'id': [], 'title': []}
     for i, para in enumerate(p.strip() for p in re.split(r'\n\s*\n', text)):
         if not para: continue
         lines = para.splitlines()
-        if lines[0].startswith('#') and len(lines) > 1: title, body = lines[0].lstrip('#').strip(), '\n'.join(lines[1:]).strip()
-        else: title, body = ' '.join(para.split()[:6]), para
-        docs['text'].append(body); docs['id'].append(f'pasted-{len(docs["id"])}'); docs['title'].append(title)
+        if lines[0].startswith('#') and len(lines) > 1:
+            title, body = lines[0].lstrip('#').strip(), '\n'.join(lines[1:]).strip()
+        else:
+            title, body = ' '.join(para.split()[:6]), para
+        docs['text'].append(body)
+        docs['id'].append(f'pasted-{len(docs["id"])}')
+        docs['title'].append(title)
     return docs
 
 # %% ../../nbs/23_explorer.ipynb #b7e1a002
 def check_paste_tokens(docs: dict, # documents from `parse_corpus`
                        tok, # the model's tokenizer
                        max_tokens: int = MAX_CORPUS_TOKENS) -> int:
-    "The tokens the pasted documents cost the encoder, or an `InputProblem` (413) over `max_tokens`, or (422) without a BM25 word."
+    "The encoder tokens of the pasted documents; `InputProblem` over `max_tokens` (413) or without a BM25 word (422)."
     n = sum(len(ids) for ids in tok(list(docs['text']), add_special_tokens=False, verbose=False)['input_ids'])
     if n > max_tokens:
-        raise InputProblem(f"The pasted corpus is {n:,} tokens long; the explorer encodes pasted text on the spot, so keep "
-                           f"it under {max_tokens:,} tokens (about {MAX_CORPUS_CHARS:,} characters of English: other "
-                           "scripts and digits take more tokens per character).", 413)
+        raise InputProblem(
+            f"The pasted corpus is {n:,} tokens long; the explorer encodes pasted text on the spot, so keep "
+            f"it under {max_tokens:,} tokens (about {MAX_CORPUS_CHARS:,} characters of English: other "
+            "scripts and digits take more tokens per character).",
+            413,
+        )
     import bm25s
     if not any(bm25s.tokenize(list(docs['text']), stopwords='en', return_ids=False, show_progress=False)):
         raise InputProblem("The pasted corpus has no word BM25 can index (two or more letters, not a stopword): paste "
@@ -101,26 +124,36 @@ def check_paste_tokens(docs: dict, # documents from `parse_corpus`
 _ABSOLUTE_PATH = re.compile(r"""(?<![\w.:/~\\-])(?:/[^\s/'"`:;,()<>|\[\]{}]+)+/?""")
 
 def public_message(message: str) -> str:
-    "`message` without absolute server paths: under the data, results or project folder relative to it, elsewhere its last part."
-    roots = sorted({(str(p), name) for r, name in ((data_dir(), 'data'), (committed_results_dir(), 'results'), (project_root(), ''))
-                    for p in (Path(r), Path(r).resolve()) if len(p.parts) > 1}, key=lambda x: -len(x[0]))
+    "`message` without absolute server paths: relative to the data, results or project folder, else their last part."
+    roots = sorted(
+        {
+            (str(p), name)
+            for r, name in ((data_dir(), 'data'), (committed_results_dir(), 'results'), (project_root(), ''))
+            for p in (Path(r), Path(r).resolve())
+            if len(p.parts) > 1
+        },
+        key=lambda x: -len(x[0]),
+    )
     def short(m):
         p = m.group(0).rstrip('/')
         for root, name in roots:
-            if p == root or p.startswith(root + '/'): return '/'.join(filter(None, (name, p[len(root):].strip('/')))) or '.'
+            if p == root or p.startswith(root + '/'):
+                return '/'.join(filter(None, (name, p[len(root) :].strip('/')))) or '.'
         return '…/' + p.rsplit('/', 1)[-1]
     return _ABSOLUTE_PATH.sub(short, str(message))
 
-# %% ../../nbs/23_explorer.ipynb #51e21aa3
+# %% ../../nbs/23_explorer.ipynb #3203764f
 def closed_set_task(query: str) -> str | None:
     "The closed-set task whose template the query follows (offline tasks first), or None."
     order = list(LOCAL_TASKS) + [n for n in TASKS if n not in LOCAL_TASKS]
     for name in order:
         t = TASKS[name]
-        if t.kind != 'closed' or not t.template or not t.template.startswith('{text}') or '{text_b}' in t.template: continue
+        if t.kind != 'closed' or not t.template or not t.template.startswith('{text}') or '{text_b}' in t.template:
+            continue
         if query.rstrip().endswith(t.template[len('{text}'):].strip()): return name
     return None
 
+# %% ../../nbs/23_explorer.ipynb #d62aff73
 def parse_labels(spec: str | None, # 'great: good, wonderful | terrible: bad' (labels split by '|' or new lines)
                 ) -> dict | None:
     "A verbalizer `{label: [words]}` from a person's label spec (None when empty), or an `InputProblem`."
@@ -129,11 +162,13 @@ def parse_labels(spec: str | None, # 'great: good, wonderful | terrible: bad' (l
     out = {}
     for part in filter(None, (p.strip() for p in re.split(r'[|\n]', spec))):
         name, _, words = part.partition(':')
-        name = name.strip(); words = [w.strip() for w in (words.split(',') if _ else [name]) if w.strip()]
+        name = name.strip()
+        words = [w.strip() for w in (words.split(',') if _ else [name]) if w.strip()]
         if not name or not words: raise InputProblem(f"Could not read the label {part!r}: write 'label: word, word'.")
         if name in out: raise InputProblem(f"The label {name!r} is given twice: give each label once.")
         out[name] = words
-    if len(out) < 2: raise InputProblem("Give at least two labels, e.g. 'great | terrible' or 'great: good | terrible: bad'.")
+    if len(out) < 2:
+        raise InputProblem("Give at least two labels, e.g. 'great | terrible' or 'great: good | terrible: bad'.")
     return out
 
 # %% ../../nbs/23_explorer.ipynb #038bfc2f
@@ -148,9 +183,10 @@ def task_verbalizer(task: str, # a closed-set task name
     p = data_dir('cache', 'explorer', 'verbalizers', f'{task}-{name}-{len(tok)}.json')
     if p.exists(): return json.loads(p.read_text())
     v = fuzzy_verbalizer(task, tok)
-    atomic_write_json(p, v); return v
+    atomic_write_json(p, v)
+    return v
 
-# %% ../../nbs/23_explorer.ipynb #7b38e48f
+# %% ../../nbs/23_explorer.ipynb #e929caa0
 @dataclass
 class CorpusEntry:
     "One reference corpus of the explorer."
@@ -162,36 +198,53 @@ class CorpusEntry:
     pasted: bool = False       # the person pastes the documents
     examples: tuple = ()       # the page's example queries; empty: drawn from the documents (`store_examples`)
 
+# %% ../../nbs/23_explorer.ipynb #48c031f6
 CORPORA: dict[str, CorpusEntry] = {}
 
 def register_corpus(entry: CorpusEntry) -> CorpusEntry:
     "Add (or replace) a corpus of the explorer."
-    CORPORA[entry.key] = entry; return entry
+    CORPORA[entry.key] = entry
+    return entry
 
-FIGURE1_DOCS = {'id': ['thessaloniki', 'athens', 'banpo', 'hotel', 'chair', 'film', 'concert'],
-                'title': ['Thessaloniki', 'Athens', 'Banpo Bridge', 'A cheap hotel', 'A cheap chair', 'A film review',
-                          'A concert review'],
-                'text': ["Thessaloniki is the second-largest city in Greece and the capital of the region of Macedonia. "
-                         "It lies on the Thermaic Gulf of the Aegean Sea.",
-                         "Athens is the capital and largest city of Greece. The Greeks call it Αθήνα.",
-                         "The Banpo Bridge (반포대교) crosses the Han River in Seoul, the capital of South Korea. Its "
-                         "Moonlight Rainbow Fountain sprays water from both sides of the deck.",
-                         "The hotel was cheap: forty dollars a night with breakfast, and the rooms were clean. "
-                         "Inexpensive and good value.",
-                         "The chair looked cheap and fell apart within a week: flimsy, badly made, poor quality.",
-                         "The film was great: a moving story, wonderful acting and a beautiful score.",
-                         "The concert was terrible: the sound was awful and the band was bored."]}
+# %% ../../nbs/23_explorer.ipynb #6b99ba91
+FIGURE1_DOCS = {
+    'id': ['thessaloniki', 'athens', 'banpo', 'hotel', 'chair', 'film', 'concert'],
+    'title': [
+        'Thessaloniki',
+        'Athens',
+        'Banpo Bridge',
+        'A cheap hotel',
+        'A cheap chair',
+        'A film review',
+        'A concert review',
+    ],
+    'text': [
+        "Thessaloniki is the second-largest city in Greece and the capital of the region of Macedonia. "
+        "It lies on the Thermaic Gulf of the Aegean Sea.",
+        "Athens is the capital and largest city of Greece. The Greeks call it Αθήνα.",
+        "The Banpo Bridge (반포대교) crosses the Han River in Seoul, the capital of South Korea. Its "
+        "Moonlight Rainbow Fountain sprays water from both sides of the deck.",
+        "The hotel was cheap: forty dollars a night with breakfast, and the rooms were clean. "
+        "Inexpensive and good value.",
+        "The chair looked cheap and fell apart within a week: flimsy, badly made, poor quality.",
+        "The film was great: a moving story, wonderful acting and a beautiful score.",
+        "The concert was terrible: the sound was awful and the band was bored.",
+    ],
+}
 
 EXAMPLES = ['Thessaloniki is a city in [MASK].', 'The Banpo Bridge crosses the [MASK] in Seoul.',  # figure1's queries
             'The capital of Greece is [MASK].', 'The rooms were clean and the price was low. It was [MASK].']
 
+# %% ../../nbs/23_explorer.ipynb #51b67f12
 for _e in [CorpusEntry('figure1', "Figure 1's examples (7 short documents written for this chapter)", docs=FIGURE1_DOCS,
                        examples=tuple(EXAMPLES)),
            CorpusEntry('open', 'Factbook 2025 + Wikipedia + WordNet (the open-set reference corpus of 05_open_set)',
                        ('factbook2025', 'wikipedia', 'wordnet'), {'smoke': 10_000, 'cpu': 300_000, 'gpu': 0},
                        examples=('Thessaloniki is a city in [MASK].', 'The capital of Greece is [MASK].',
                                  'The currency of Japan is the [MASK].', 'Mount Everest is in [MASK].')),
-           CorpusEntry('sentiment', 'IMDB + Fine Foods reviews + VADER snippets (the sentiment reference corpora of 04_closed_set)',
+           CorpusEntry('sentiment',
+                       'IMDB + Fine Foods reviews + VADER snippets (the sentiment reference corpora of '
+                       '04_closed_set)',
                        ('imdb', 'finefoods', 'vader'), {'smoke': 5_000, 'cpu': 300_000, 'gpu': 2_000_000},
                        examples=('The rooms were clean and the price was low. It was [MASK].',
                                  'The plot was dull and the acting was wooden. It was [MASK].')),
@@ -206,29 +259,34 @@ for _e in [CorpusEntry('figure1', "Figure 1's examples (7 short documents writte
 @dataclass
 class ModelEntry:
     "One model of the explorer: how to load it, prepare a corpus for it, and answer a query with it."
+
     key: str
     label: str
-    load: Callable        # (profile, device) -> model
-    prepare: Callable     # (model, CorpusEntry, docs or None, profile, progress[, folder=]) -> resources (datastore, indexes,
-                          # ...); a pasted corpus gets `folder`, where to build it: the explorer deletes it when done with it
-    answer: Callable      # (model, resources, query, Settings) -> Exploration; called from many threads at once
-    missing: Callable = lambda profile: None  # profile -> why it cannot be loaded (None: it can)
+    load: Callable  # (profile, device) -> model
+    prepare: (
+        Callable  # (model, CorpusEntry, docs or None, profile, progress[, folder=]) -> resources (datastore, indexes,
+    )
+    # ...); a pasted corpus gets `folder`, where to build it: the explorer deletes it when done with it
+    answer: Callable  # (model, resources, query, Settings) -> Exploration; called from many threads at once
+    missing: Callable = lambda _profile: None  # profile -> why it cannot be loaded (None: it can)
 
 MODELS: dict[str, ModelEntry] = {}
 
 def register_model(entry: ModelEntry) -> ModelEntry:
     "Add (or replace) a model of the explorer."
-    MODELS[entry.key] = entry; return entry
+    MODELS[entry.key] = entry
+    return entry
 
-# %% ../../nbs/23_explorer.ipynb #8277d080
-K_NEIGHBOURS = inspect.signature(NPM.predict_batch).parameters['k'].default  # 4096, the paper's k (App. A.1): the default
-                                                                             # of NPM.predict, `npm-nb ask -k`, the page, the widget
+# %% ../../nbs/23_explorer.ipynb #0e49622e
+# 4096, the paper's k (App. A.1): the default of NPM.predict, `npm-nb ask -k`, the page, the widget
+K_NEIGHBOURS = inspect.signature(NPM.predict_batch).parameters['k'].default
 _BOOL_WORDS = {'1': True, 'true': True, 'on': True, 'yes': True, '0': False, 'false': False, 'off': False, 'no': False}
 
+# %% ../../nbs/23_explorer.ipynb #c4e30b1d
 @dataclass
 class Settings:
     "How one query is answered (the paper's inference knobs)."
-    bm25: bool = True               # restrict to the top `restrict_k` BM25 blocks (§6.3); False: dense over the whole store
+    bm25: bool = True  # restrict to the top `restrict_k` BM25 blocks (§6.3); False: dense over the whole store
     k: int = K_NEIGHBOURS           # dense: start / end neighbours; closed-set labels always use dense k
     l_max: int = 10                 # longest phrase in tokens
     temperature: float = 1.0        # softmax temperature of phrases and neighbour distributions
@@ -240,29 +298,33 @@ class Settings:
     RANGES = {'k': (1, 16_384), 'l_max': (1, 30), 'temperature': (0.01, 100.0), 'label_temperature': (0.01, 100.0),
               'topn': (1, 20), 'restrict_k': (1, 20)}
 
-    @classmethod
-    def parse(cls, **kw) -> Settings:
-        "Settings from loosely typed values (a web form's strings), each converted and range-checked."
-        out = {}
-        for name, f in cls.__dataclass_fields__.items():
-            if name not in kw or kw[name] is None or kw[name] == '' and name != 'labels': continue
-            v, typ = kw[name], type(getattr(cls, name))
-            try:
-                if typ is bool: v = v if isinstance(v, bool) else _BOOL_WORDS[str(v).strip().lower()]  # 'maybe' is no answer
-                elif typ is int: v = int(float(v)) if float(v) == int(float(v)) else 1 / 0
-                else: v = typ(v)
-            except (ValueError, TypeError, ZeroDivisionError, OverflowError, KeyError):
-                what = 'true or false' if typ is bool else 'a whole number' if typ is int else 'a number'
-                raise InputProblem(f"{name} must be {what}, not {str(kw[name])[:40]!r}.")
-            if name in cls.RANGES:
-                lo, hi = cls.RANGES[name]
-                if not lo <= v <= hi: raise InputProblem(f"{name} must be between {lo:g} and {hi:g}, not {v:g}.")
-            out[name] = v
-        unknown = set(kw) - set(cls.__dataclass_fields__)
-        if unknown: raise InputProblem(f"unknown setting(s) {sorted(unknown)}: use {sorted(cls.__dataclass_fields__)}")
-        return cls(**out)
+# %% ../../nbs/23_explorer.ipynb #653d3381
+@patch(cls_method=True)
+def parse(cls: Settings, **kw) -> Settings:
+    "Settings from loosely typed values (a web form's strings), each converted and range-checked."
+    out = {}
+    for name, f in cls.__dataclass_fields__.items():
+        if name not in kw or kw[name] is None or kw[name] == '' and name != 'labels': continue
+        v, typ = kw[name], type(getattr(cls, name))
+        try:
+            if typ is bool:
+                v = v if isinstance(v, bool) else _BOOL_WORDS[str(v).strip().lower()]  # 'maybe' is no answer
+            elif typ is int:
+                v = int(float(v)) if float(v) == int(float(v)) else 1 / 0
+            else:
+                v = typ(v)
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError, KeyError):
+            what = 'true or false' if typ is bool else 'a whole number' if typ is int else 'a number'
+            raise InputProblem(f"{name} must be {what}, not {str(kw[name])[:40]!r}.")
+        if name in cls.RANGES:
+            lo, hi = cls.RANGES[name]
+            if not lo <= v <= hi: raise InputProblem(f"{name} must be between {lo:g} and {hi:g}, not {v:g}.")
+        out[name] = v
+    unknown = set(kw) - set(cls.__dataclass_fields__)
+    if unknown: raise InputProblem(f"unknown setting(s) {sorted(unknown)}: use {sorted(cls.__dataclass_fields__)}")
+    return cls(**out)
 
-# %% ../../nbs/23_explorer.ipynb #3b83c277
+# %% ../../nbs/23_explorer.ipynb #fd3bc73a
 @dataclass
 class Evidence:
     "One answer and its best occurrence in the corpus."
@@ -274,6 +336,7 @@ class Evidence:
     left: str       # context before the phrase
     right: str      # context after the phrase
 
+# %% ../../nbs/23_explorer.ipynb #2f5c4318
 @dataclass
 class Exploration:
     "Everything the explorer shows for one query."
@@ -294,18 +357,7 @@ class Exploration:
         "A JSON-ready dict."
         return asdict(self)
 
-# %% ../../nbs/23_explorer.ipynb #e5c4d7de
-def evidence(ds, # the datastore the phrase came from
-             doc: int, a: int, b: int, # document number and the phrase's character span
-             score: float, count: int = 1, width: int = 80) -> Evidence:
-    "An `Evidence` with up to `width` characters of context on each side (whitespace collapsed)."
-    text = ds.texts[doc]
-    clean = lambda s: ' '.join(s.split())
-    left = ('… ' if a > width else '') + clean(text[max(0, a - width):a]) + (' ' if a > 0 and text[a - 1].isspace() else '')
-    right = (' ' if b < len(text) and text[b].isspace() else '') + clean(text[b:b + width]) + (' …' if b + width < len(text) else '')
-    ids, titles = doc_meta(ds)
-    return Evidence(text[a:b], float(score), int(count), titles[doc], ids[doc], left, right)
-
+# %% ../../nbs/23_explorer.ipynb #4824e307
 def doc_meta(ds) -> tuple[list, list]:
     "`(ids, titles)` of the store's documents, as strings (read once, then cached on the store)."
     return derived(ds, 'explorer_meta', lambda: ([str(d) for d in ds.doc_ids], [str(t or '') for t in ds.titles]))
@@ -314,7 +366,27 @@ def _doc_number(ds) -> dict:
     "doc id -> document number (cached on the store)."
     return derived(ds, 'explorer_doc_number', lambda: {d: i for i, d in enumerate(doc_meta(ds)[0])})
 
-# %% ../../nbs/23_explorer.ipynb #1497af19
+# %% ../../nbs/23_explorer.ipynb #39853f1a
+def evidence(ds, # the datastore the phrase came from
+             doc: int, a: int, b: int, # document number and the phrase's character span
+             score: float, count: int = 1, width: int = 80) -> Evidence:
+    "An `Evidence` with up to `width` characters of context on each side (whitespace collapsed)."
+    text = ds.texts[doc]
+    clean = lambda s: ' '.join(s.split())
+    left = (
+        ('… ' if a > width else '')
+        + clean(text[max(0, a - width) : a])
+        + (' ' if a > 0 and text[a - 1].isspace() else '')
+    )
+    right = (
+        (' ' if b < len(text) and text[b].isspace() else '')
+        + clean(text[b : b + width])
+        + (' …' if b + width < len(text) else '')
+    )
+    ids, titles = doc_meta(ds)
+    return Evidence(text[a:b], float(score), int(count), titles[doc], ids[doc], left, right)
+
+# %% ../../nbs/23_explorer.ipynb #5ab48310
 @dataclass
 class NPMResources:
     "A corpus prepared for one NPM encoder: the datastore, its BM25 index and an exact dense index."
@@ -323,8 +395,9 @@ class NPMResources:
     index: object | None
     corpus: CorpusEntry
 
+# %% ../../nbs/23_explorer.ipynb #fb6501ca
 class _LastSearch:
-    "An index that remembers its last search (per thread): the explorer's distributions and `NPM.predict` ask for the same neighbours."
+    "An index remembering its last search per thread: the explorer's distributions and `NPM.predict` ask the same one."
     def __init__(self, index): self.index, self._last = index, threading.local()
     def __len__(self): return len(self.index)
     def __getattr__(self, name):  # params, device, ...: the wrapped index's
@@ -335,8 +408,9 @@ class _LastSearch:
         if getattr(last, 'key', None) != key: last.key, last.found = key, self.index.search(q, k)
         return last.found
 
+# %% ../../nbs/23_explorer.ipynb #82787f03
 def _remember_queries(model: NPM) -> NPM:
-    "Let `model` reuse the vectors of the query it encoded last in this thread (the explorer encodes it, then `predict` does)."
+    "Let `model` reuse its last query's vectors in this thread (the explorer encodes the query, then `predict` does)."
     enc, last = model.encode_queries, threading.local()
     def encode_queries(texts, batch_size: int = 32):
         key = (texts,) if isinstance(texts, str) else tuple(texts)
@@ -345,9 +419,11 @@ def _remember_queries(model: NPM) -> NPM:
     model.encode_queries = encode_queries
     return model
 
+# %% ../../nbs/23_explorer.ipynb #f3a91e1f
 def _docs_key(docs: dict) -> str:
     return hashlib.sha1(json.dumps(docs, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:12]
 
+# %% ../../nbs/23_explorer.ipynb #25e36344
 def prepare_npm(model: NPM, corpus: CorpusEntry, docs: dict | None = None, # pasted documents (corpus.pasted)
                 profile: str = 'cpu', progress: bool = True, dense_index: bool = True,
                 folder=None, # where to build the store of given documents (a paste: the explorer's temporary folder)
@@ -359,18 +435,28 @@ def prepare_npm(model: NPM, corpus: CorpusEntry, docs: dict | None = None, # pas
                                  remove_stopwords=True, seed=0, progress=progress)
     else:
         docs = docs if corpus.pasted else corpus.docs
-        if not docs or not docs.get('text'): raise InputProblem("The corpus is empty: paste a few paragraphs of reference text.")
+        if not docs or not docs.get('text'):
+            raise InputProblem("The corpus is empty: paste a few paragraphs of reference text.")
         if corpus.pasted: check_paste_tokens(docs, model.tok)
-        path = Path(folder or data_dir('cache', 'explorer', 'stores'))/f'{encoder_fingerprint(model.encoder)[:8]}-{_docs_key(docs)}'
-        ds = Datastore.load(path, model.encoder, model.tok) if (path/'manifest.json').exists() and not (path/'pending').exists() \
-             else model.build_datastore(docs, path, remove_stopwords=True, progress=progress)
-    if len(ds) == 0: raise InputProblem("The corpus has no words NPM can retrieve (only stopwords or symbols): paste more text.")
-    token_table(ds); doc_meta(ds); _doc_number(ds)  # what every answer reads: built once here
+        path = (
+            Path(folder or data_dir('cache', 'explorer', 'stores'))
+            / f'{encoder_fingerprint(model.encoder)[:8]}-{_docs_key(docs)}'
+        )
+        ds = (
+            Datastore.load(path, model.encoder, model.tok)
+            if (path / 'manifest.json').exists() and not (path / 'pending').exists()
+            else model.build_datastore(docs, path, remove_stopwords=True, progress=progress)
+        )
+    if len(ds) == 0:
+        raise InputProblem("The corpus has no words NPM can retrieve (only stopwords or symbols): paste more text.")
+    token_table(ds)
+    doc_meta(ds)
+    _doc_number(ds)  # what every answer reads: built once here
     from npm_nb.npm.index import build_index
     index = _LastSearch(build_index(ds, 'flat', progress=False)) if dense_index else None
     return NPMResources(ds, reference_bm25(ds), index, corpus)
 
-# %% ../../nbs/23_explorer.ipynb #2a6dc674
+# %% ../../nbs/23_explorer.ipynb #b3df3fe0
 def _neighbour_sets(model: NPM, res: NPMResources, query: str, s: Settings):
     "The neighbours the answer was built from: `(start (rows, scores), end (rows, scores) or None, BM25 block titles)`."
     ds = res.ds
@@ -379,11 +465,13 @@ def _neighbour_sets(model: NPM, res: NPMResources, query: str, s: Settings):
     if s.bm25:
         blocks = res.bm25.retrieve(bm25_query(query), s.restrict_k)
         rows = np.sort(block_rows(ds, blocks))
-        tt = token_table(ds); docs = []
+        tt = token_table(ds)
+        docs = []
         for blk in blocks:
             a, z = tt.offsets[blk], tt.offsets[blk + 1]
             docs += tt.doc[a:z][tt.char_start[a:z] >= 0].tolist()
-        ids, names = doc_meta(ds); titles = [names[d] or ids[d] for d in dict.fromkeys(docs)]
+        ids, names = doc_meta(ds)
+        titles = [names[d] or ids[d] for d in dict.fromkeys(docs)]
         if not len(rows): return (rows, np.zeros(0)), (rows, np.zeros(0)) if model.mode == 'npm' else None, titles
         sc = similarity(qs, ds.vectors[rows])
         sets = [(rows, sc[i]) for i in range(len(qs))]
@@ -392,17 +480,23 @@ def _neighbour_sets(model: NPM, res: NPMResources, query: str, s: Settings):
         sets, titles = [(rw[i], sc[i]) for i in range(len(qs))], []
     return sets[0], (sets[1] if model.mode == 'npm' else None), titles
 
+# %% ../../nbs/23_explorer.ipynb #16bdfc12
 def _distribution(ds, rows_scores, s: Settings, fold_case: bool, n: int = 10) -> list:
     rows, scores = rows_scores
-    return [(w, round(p, 6)) for w, p in token_distribution(ds, rows, scores, s.temperature, fold_case)[:n]] if len(rows) else []
+    return (
+        [(w, round(p, 6)) for w, p in token_distribution(ds, rows, scores, s.temperature, fold_case)[:n]]
+        if len(rows)
+        else []
+    )
 
-# %% ../../nbs/23_explorer.ipynb #6e82dd77
+# %% ../../nbs/23_explorer.ipynb #0c86a4c8
 def _single_answers(ds, rows_scores, s: Settings, fold_case: bool) -> list:
     "NPM-single's answers: its top token strings, each with its best-scoring occurrence."
     rows, scores = rows_scores
     if not len(rows): return []
     dist = token_distribution(ds, rows, scores, s.temperature, fold_case)[:s.topn]
-    tt = token_table(ds); order = np.argsort(-np.asarray(scores), kind='stable')
+    tt = token_table(ds)
+    order = np.argsort(-np.asarray(scores), kind='stable')
     strings = token_strings(ds, tt, tt.token[np.asarray(rows)[order]], fold_case)
     first = {}
     for r, w in zip(np.asarray(rows)[order].tolist(), strings): first.setdefault(w, r)
@@ -413,21 +507,25 @@ def _single_answers(ds, rows_scores, s: Settings, fold_case: bool) -> list:
                             int(sum(x == w for x in strings))))
     return out
 
+# %% ../../nbs/23_explorer.ipynb #da5f8acd
 def answer_npm(model: NPM, res: NPMResources, query: str, s: Settings) -> Exploration:
     "Answer one query with an NPM or NPM-single model (the explorer's `answer` for chapter 20's rows)."
     ds, notes = res.ds, []
     start, end, titles = _neighbour_sets(model, res, query, s)
     if model.mode == 'npm':
         preds = model.predict(query, ds, k=s.k, topn=s.topn, l_max=s.l_max, temperature=s.temperature,
-                              index=None if s.bm25 else res.index, bm25=res.bm25 if s.bm25 else None, restrict_k=s.restrict_k)
+                              index=None if s.bm25 else res.index, bm25=res.bm25 if s.bm25 else None,
+                              restrict_k=s.restrict_k)
         num = _doc_number(ds)
         answers = [evidence(ds, num[p.doc_id], p.char_start, p.char_end, p.score, p.count) for p in preds]
     else:
         answers = _single_answers(ds, start, s, model.fold_case)
-    if s.bm25 and not titles: notes.append("BM25 found no block sharing a word with the query: try other words, or turn BM25 off "
-                                           "to search the whole store.")
-    elif not answers: notes.append("No phrase: no start neighbour and end neighbour form a phrase of at most l_max tokens; "
-                                   "raise k or l_max, or turn BM25 off.")
+    if s.bm25 and not titles:
+        notes.append("BM25 found no block sharing a word with the query: try other words, or turn BM25 off "
+                     "to search the whole store.")
+    elif not answers:
+        notes.append("No phrase: no start neighbour and end neighbour form a phrase of at most l_max tokens; "
+                     "raise k or l_max, or turn BM25 off.")
     ex = Exploration(query, '', res.corpus.label, asdict(s), answers, _distribution(ds, start, s, model.fold_case),
                      _distribution(ds, end, s, model.fold_case) if end is not None else [], blocks=titles, notes=notes)
     verbalizer, source = parse_labels(s.labels), 'your labels'
@@ -435,7 +533,8 @@ def answer_npm(model: NPM, res: NPMResources, query: str, s: Settings) -> Explor
     if task is not None:
         fuzzy = getattr(model, '_explorer_fuzzy', True)
         verbalizer = task_verbalizer(task, model.tok, fuzzy)
-        source = f"the {task} template ({'fuzzy' if fuzzy else 'plain'} verbalizer, {sum(map(len, verbalizer.values()))} words)"
+        source = (f"the {task} template ({'fuzzy' if fuzzy else 'plain'} verbalizer, "
+                  f"{sum(map(len, verbalizer.values()))} words)")
     if verbalizer is not None:
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
@@ -444,43 +543,57 @@ def answer_npm(model: NPM, res: NPMResources, query: str, s: Settings) -> Explor
         if float(np.sum(p)) == 0: notes.append("No neighbour is a label word: the label probabilities are all zero.")
     return ex
 
-# %% ../../nbs/23_explorer.ipynb #99447c2d
-QUICK = 'quick'  # the profile of `make model` (NPM from MiniLM in minutes): the explorer's model when its profile has none
+# %% ../../nbs/23_explorer.ipynb #1b73cc48
+# the profile of `make model` (NPM from MiniLM in minutes): the explorer's model when its profile has none
+QUICK = 'quick'
 
 def _missing_checkpoint(objective, profile_of=lambda profile: profile):
     def missing(profile):
-        try: trained_path(profile_of(profile), objective); return None
-        except FileNotFoundError as e: return str(e)
+        try:
+            trained_path(profile_of(profile), objective)
+            return None
+        except FileNotFoundError as e:
+            return str(e)
     return missing
 
 def _npm_loader(row: str, mode: str | None = None, profile_of=lambda profile: profile):
     def load(profile: str, device: str | None = None) -> NPM:
         m = (NPM.from_pretrained('minilm', device=device) if row == 'init' else
              NPM.from_pretrained(str(trained_path(profile_of(profile), mode or row)), mode=mode or row, device=device))
-        m._explorer_key = row; return _remember_queries(m)  # the row names its store: `quick` gets its own
+        m._explorer_key = row
+        return _remember_queries(m)  # the row names its store: `quick` gets its own
     return load
 
-for _key, _label in [('npm', 'NPM (trained)'), ('single', 'NPM-single (trained)'), ('init', 'MiniLM init, untrained (NPM scoring)')]:
+# %% ../../nbs/23_explorer.ipynb #173c45ed
+for _key, _label in [('npm', 'NPM (trained)'), ('single', 'NPM-single (trained)'),
+                     ('init', 'MiniLM init, untrained (NPM scoring)')]:
     register_model(ModelEntry(_key, _label, _npm_loader(_key), prepare_npm, answer_npm,
-                              _missing_checkpoint(_key) if _key != 'init' else (lambda profile: None)))
-register_model(ModelEntry(QUICK, 'NPM (quick profile: 300 steps, `make model`)', _npm_loader(QUICK, 'npm', lambda _: QUICK),
-                          prepare_npm, answer_npm, _missing_checkpoint('npm', lambda _: QUICK)))
+                              _missing_checkpoint(_key) if _key != 'init' else (lambda _profile: None)))
+register_model(ModelEntry(QUICK, 'NPM (quick profile: 300 steps, `make model`)',
+                          _npm_loader(QUICK, 'npm', lambda _: QUICK), prepare_npm, answer_npm,
+                          _missing_checkpoint('npm', lambda _: QUICK)))
 
-def register_checkpoint(path, # a checkpoint folder written by `npm_nb.npm.training` (e.g. an intermediate `checkpoint-40`)
+# %% ../../nbs/23_explorer.ipynb #5dc96100
+def register_checkpoint(path, # a checkpoint folder written by `npm_nb.npm.training` (e.g. an intermediate one)
                         mode: str = 'npm', # 'npm' or 'single'
                         key: str = 'checkpoint') -> str:
     "Offer any NPM checkpoint folder as a model (e.g. one still training); returns its registry key."
     path = Path(path)
-    def load(profile, device=None):
-        m = NPM.from_pretrained(str(path), mode=mode, device=device); m._explorer_key = mode
+
+    def load(profile, device=None):  # noqa: ARG001 (the signature of ModelEntry.load)
+        m = NPM.from_pretrained(str(path), mode=mode, device=device)
+        m._explorer_key = mode
         return _remember_queries(m)
-    missing = lambda profile: None if (path/'config.json').exists() else f"no checkpoint at {path} (config.json missing)"
+
+    missing = lambda _profile: (None if (path/'config.json').exists()
+                                else f"no checkpoint at {path} (config.json missing)")
     register_model(ModelEntry(key, f"{'NPM' if mode == 'npm' else 'NPM-single'} ({path.parent.name}/{path.name})",
                               load, prepare_npm, answer_npm, missing))
     return key
 
+# %% ../../nbs/23_explorer.ipynb #25369aa5
 def encoder_label(name) -> str:
-    "A model label for an encoder folder or alias (e.g. a store's recorded encoder): the MiniLM init, a profile's NPM, or the folder."
+    "A model label for an encoder folder or alias (a store's encoder): the MiniLM init, a profile's NPM, or the folder."
     from npm_nb.models import resolve_model
     try: minilm = Path(resolve_model('minilm')).resolve()
     except FileNotFoundError: minilm = None
@@ -491,11 +604,15 @@ def encoder_label(name) -> str:
         profile, objective, ckpt = path.relative_to(root).parts
         what = {'npm': 'NPM', 'single': 'NPM-single'}.get(objective, objective)
         if path == (root/profile/objective/'final').resolve():  # `final` links to the last checkpoint
-            return MODELS[QUICK].label if (profile, objective) == (QUICK, 'npm') else f'{what} (trained, {profile} profile)'
+            return (
+                MODELS[QUICK].label
+                if (profile, objective) == (QUICK, 'npm')
+                else f'{what} (trained, {profile} profile)'
+            )
         return f'{what} ({profile} profile, {ckpt})'
     return f"NPM encoder ({'/'.join(path.parts[-2:]) if path.name in ('model', 'final') else path.name})"
 
-# %% ../../nbs/23_explorer.ipynb #c9d2e002
+# %% ../../nbs/23_explorer.ipynb #4e43fc37
 PASTED_KEEP = 3              # pasted corpora an explorer keeps ready (in memory and on disk); older ones are deleted
 PASTED_BYTES = 32 * 2**20    # ... and at most this many bytes of them on disk (a paste at the limits makes ~2-5 MB)
 
@@ -503,14 +620,20 @@ def pasted_root() -> Path:
     "Where explorers keep their pasted stores: one folder per running explorer."
     return data_dir('cache', 'explorer', 'pasted')
 
+# %% ../../nbs/23_explorer.ipynb #306e8a57
 def _lock_file(path, create: bool = True) -> int | None:
     "A descriptor holding an exclusive `flock` on `path`, or None when another holder has it (or it is missing)."
     import fcntl
     try: fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
     except FileNotFoundError: return None
-    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); return fd
-    except BlockingIOError: os.close(fd); return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        os.close(fd)
+        return None
 
+# %% ../../nbs/23_explorer.ipynb #7d166891
 def _remove_folder(folder, fd: int | None = None, rmtree=shutil.rmtree, close=os.close):  # bound now: runs at exit too
     rmtree(folder, ignore_errors=True)
     if fd is not None: close(fd)
@@ -518,7 +641,7 @@ def _remove_folder(folder, fd: int | None = None, rmtree=shutil.rmtree, close=os
 def _folder_bytes(folder) -> int:
     return sum(f.stat().st_size for f in Path(folder).rglob('*') if f.is_file())
 
-# %% ../../nbs/23_explorer.ipynb #c9d2e003
+# %% ../../nbs/23_explorer.ipynb #424faa59
 def _old_paste(store: Path) -> bool:
     "Whether `store` was built by an earlier version for pasted text (its documents are 'pasted-N')."
     try:
@@ -527,6 +650,7 @@ def _old_paste(store: Path) -> bool:
         return str(load_from_disk(str(store/f'meta-{g}'/'docs'))['id'][0]).startswith('pasted-')
     except Exception: return False
 
+# %% ../../nbs/23_explorer.ipynb #34bf863a
 def sweep_pasted(root=None, # default: `pasted_root()`
                  stores=None, # the built-in corpora's store cache, where earlier versions also put pastes
                  grace_s: float = 60) -> list:
@@ -535,15 +659,19 @@ def sweep_pasted(root=None, # default: `pasted_root()`
     for d in sorted(root.iterdir()) if root.is_dir() else []:
         try:
             fd = _lock_file(d/'.owner', create=False) if d.is_dir() else None
-            if fd is None and ((d/'.owner').exists() or time.time() - d.stat().st_mtime < grace_s): continue  # held, or new
+            if fd is None and ((d / '.owner').exists() or time.time() - d.stat().st_mtime < grace_s):
+                continue  # held, or new
         except OSError: continue  # removed meanwhile, or not ours to read
-        _remove_folder(d, fd); gone.append(d.name)
+        _remove_folder(d, fd)
+        gone.append(d.name)
     stores = Path(stores or data_dir('cache', 'explorer', 'stores'))
     for d in sorted(stores.iterdir()) if stores.is_dir() else []:
-        if _old_paste(d): shutil.rmtree(d, ignore_errors=True); gone.append(d.name)
+        if _old_paste(d):
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d.name)
     return gone
 
-# %% ../../nbs/23_explorer.ipynb #6efcf6cb
+# %% ../../nbs/23_explorer.ipynb #96a0e463
 class Explorer:
     "Models and prepared corpora, loaded once; `explore(query, ...)` answers. Shared by the notebook and the web app."
     def __init__(self, profile: str = 'cpu', # whose checkpoints and corpus budgets
@@ -553,7 +681,8 @@ class Explorer:
                  keep_pasted: int = PASTED_KEEP, # pasted corpora kept (in memory and on disk); older ones are deleted
                  pasted_bytes: int = PASTED_BYTES, # ... and at most this many bytes of pasted stores on disk
                 ):
-        self.profile, self.device, self.progress, self.fuzzy, self.keep = profile, device or default_device(), progress, fuzzy, keep
+        self.profile, self.device, self.progress = profile, device or default_device(), progress
+        self.fuzzy, self.keep = fuzzy, keep
         self.keep_pasted, self.pasted_bytes = keep_pasted, pasted_bytes
         self._models, self._res, self._pasted = {}, {}, {}  # _pasted: key -> (folder, bytes) of a paste's store
         self._lock = threading.Lock()  # guards the tables above only: never held while loading, building or answering
@@ -562,57 +691,114 @@ class Explorer:
         self._paste_dir = self._cleanup = None
         sweep_pasted()  # pastes left by explorers that were killed
 
-    def default_model(self) -> tuple[str, str | None]:
-        "The best trained NPM present: the profile's, else the quick profile's (`make model`), else the init; a note says which."
-        if MODELS['npm'].missing(self.profile) is None: return 'npm', None
-        train = f"`python -m npm_nb.run.batch {self.profile}` (step 01_train) trains the {self.profile!r} profile's NPM"
-        if QUICK in MODELS and MODELS[QUICK].missing(self.profile) is None:
-            return QUICK, (f"No trained NPM for profile {self.profile!r}, so this is the quick profile's NPM (300 steps from "
-                           f"MiniLM, `make model`): {train}, a better one.")
-        return 'init', (f"No trained NPM checkpoint for profile {self.profile!r} nor a quick one, so this is the untrained "
-                        f"MiniLM init: expect poor answers. `make model` trains the quick NPM in minutes (a clone of the "
-                        f"repository); {train}.")
+# %% ../../nbs/23_explorer.ipynb #c8ee2533
+@patch
+def default_model(self: Explorer) -> tuple[str, str | None]:
+    "The best trained NPM present (the profile's, else the quick profile's, else the init) and a note saying which."
+    if MODELS['npm'].missing(self.profile) is None: return 'npm', None
+    train = f"`python -m npm_nb.run.batch {self.profile}` (step 01_train) trains the {self.profile!r} profile's NPM"
+    if QUICK in MODELS and MODELS[QUICK].missing(self.profile) is None:
+        return QUICK, (
+            f"No trained NPM for profile {self.profile!r}, so this is the quick profile's NPM (300 steps from "
+            f"MiniLM, `make model`): {train}, a better one."
+        )
+    return 'init', (f"No trained NPM checkpoint for profile {self.profile!r} nor a quick one, so this is the untrained "
+                    f"MiniLM init: expect poor answers. `make model` trains the quick NPM in minutes (a clone of the "
+                    f"repository); {train}.")
 
-    def options(self) -> dict:
-        "The models (with why one is unavailable) and corpora to offer."
-        models = []
-        for k, e in MODELS.items():
-            why = e.missing(self.profile)
-            models.append({'key': k, 'label': e.label, 'missing': public_message(why) if why else None})
-        return {'models': models,
-                'corpora': [{'key': k, 'label': e.label, 'pasted': e.pasted} for k, e in CORPORA.items()]}
+# %% ../../nbs/23_explorer.ipynb #ceb0ddbd
+@patch
+def options(self: Explorer) -> dict:
+    "The models (with why one is unavailable) and corpora to offer."
+    models = []
+    for k, e in MODELS.items():
+        why = e.missing(self.profile)
+        models.append({'key': k, 'label': e.label, 'missing': public_message(why) if why else None})
+    return {'models': models,
+            'corpora': [{'key': k, 'label': e.label, 'pasted': e.pasted} for k, e in CORPORA.items()]}
 
-    def _once(self, key, table: dict, make: Callable):
-        "`table[key]`, made by `make()` the first time; only askers of the same key wait while it is made."
+# %% ../../nbs/23_explorer.ipynb #2677c02b
+@patch
+def _once(self: Explorer, key, table: dict, make: Callable):
+    "`table[key]`, made by `make()` the first time; only askers of the same key wait while it is made."
+    with self._lock:
+        if key in table:
+            table[key] = table.pop(key)
+            return table[key]  # most recent last
+        busy = self._busy.setdefault(key, threading.Lock())
+    with busy:
         with self._lock:
-            if key in table: table[key] = table.pop(key); return table[key]  # most recent last
-            busy = self._busy.setdefault(key, threading.Lock())
-        with busy:
-            with self._lock:
-                if key in table: return table[key]  # made by the asker we waited for
-            try: value = make()
-            except BaseException:
-                with self._lock: self._busy.pop(key, None)
-                raise
-            with self._lock: table[key] = value; self._busy.pop(key, None)
-            return value
+            if key in table: return table[key]  # made by the asker we waited for
+        try: value = make()
+        except BaseException:
+            with self._lock: self._busy.pop(key, None)
+            raise
+        with self._lock:
+            table[key] = value
+            self._busy.pop(key, None)
+        return value
 
-# %% ../../nbs/23_explorer.ipynb #c9d2e005
-def _model(self: Explorer, key: str):
+# %% ../../nbs/23_explorer.ipynb #b7cf01d7
+@patch
+def model(self: Explorer, key: str):
     "The loaded model of registry entry `key` (loaded on first use)."
     if key == 'auto': key = self.default_model()[0]
     if key not in MODELS: raise InputProblem(f"Unknown model {key!r}: choose one of {', '.join(MODELS)}.")
     def load():
         why = MODELS[key].missing(self.profile)
         if why: raise InputProblem(f"{MODELS[key].label} is not available: {why}")
-        m = MODELS[key].load(self.profile, self.device); m._explorer_fuzzy = self.fuzzy
+        m = MODELS[key].load(self.profile, self.device)
+        m._explorer_fuzzy = self.fuzzy
         return m
     return self._once(('model', key), self._models, load)
 
-def _resources(self: Explorer, model_key: str, corpus_key: str, corpus_text: str | None = None):
+# %% ../../nbs/23_explorer.ipynb #6d19981c
+@patch
+def _drop_old(self: Explorer):
+    "Forget the least recently used corpora beyond `keep`, pastes beyond `keep_pasted` / `pasted_bytes` (deleted)."
+    with self._lock:
+        named, pasted = [k for k in self._res if not k[2]], [k for k in self._res if k[2]]
+        drop = named[:max(0, len(named) - self.keep)] + pasted[:max(0, len(pasted) - self.keep_pasted)]
+        pasted = pasted[max(0, len(pasted) - self.keep_pasted):]
+        size = sum(self._pasted[k][1] for k in pasted if k in self._pasted)
+        while len(pasted) > 1 and size > self.pasted_bytes:
+            k = pasted.pop(0)
+            drop.append(k)
+            size -= self._pasted.get(k, (None, 0))[1]
+        for k in drop: self._res.pop(k, None)
+        folders = [self._pasted.pop(k)[0] for k in drop if k in self._pasted]
+    for f in folders: shutil.rmtree(f, ignore_errors=True)  # a thread still answering from it keeps its open files
+
+# %% ../../nbs/23_explorer.ipynb #552542c4
+@patch
+def _paste_folder(self: Explorer) -> Path:
+    "This explorer's folder of pasted stores: made on first use, locked while the explorer lives, deleted with it."
+    with self._lock:
+        if self._paste_dir is None:
+            root = pasted_root()
+            root.mkdir(parents=True, exist_ok=True)
+            d = Path(tempfile.mkdtemp(prefix=f'{os.getpid()}-', dir=root))
+            self._paste_dir, self._cleanup = d, weakref.finalize(self, _remove_folder, d, _lock_file(d/'.owner'))
+        return self._paste_dir
+
+# %% ../../nbs/23_explorer.ipynb #76e1ec6f
+@patch
+def close(self: Explorer):
+    "Forget the prepared corpora and delete this explorer's pasted stores (also done when it is collected, or at exit)."
+    with self._lock:
+        self._res.clear()
+        self._pasted.clear()
+        cleanup, self._paste_dir, self._cleanup = self._cleanup, None, None
+    if cleanup is not None: cleanup()
+
+# %% ../../nbs/23_explorer.ipynb #e532752f
+@patch
+def resources(self: Explorer, model_key: str, corpus_key: str, corpus_text: str | None = None):
     "The corpus prepared for the model (built or loaded once, then kept while among the most recent)."
-    if corpus_key not in CORPORA: raise InputProblem(f"Unknown corpus {corpus_key!r}: choose one of {', '.join(CORPORA)}.")
-    c = CORPORA[corpus_key]; docs = parse_corpus(corpus_text) if c.pasted else None
+    if corpus_key not in CORPORA:
+        raise InputProblem(f"Unknown corpus {corpus_key!r}: choose one of {', '.join(CORPORA)}.")
+    c = CORPORA[corpus_key]
+    docs = parse_corpus(corpus_text) if c.pasted else None
     if model_key == 'auto': model_key = self.default_model()[0]
     m = self.model(model_key)
     key = (model_key, corpus_key, _docs_key(docs) if docs else '')
@@ -620,57 +806,30 @@ def _resources(self: Explorer, model_key: str, corpus_key: str, corpus_text: str
         if not c.pasted: return MODELS[model_key].prepare(m, c, docs, self.profile, self.progress)
         folder = self._paste_folder()/f"{re.sub(r'[^A-Za-z0-9_.-]', '_', model_key)}-{key[2]}"
         try:
-            with self._paste_slot: res = MODELS[model_key].prepare(m, c, docs, self.profile, self.progress, folder=folder)
-        except BaseException: shutil.rmtree(folder, ignore_errors=True); raise
+            with self._paste_slot:
+                res = MODELS[model_key].prepare(m, c, docs, self.profile, self.progress, folder=folder)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         with self._lock: self._pasted[key] = (folder, _folder_bytes(folder))
         return res
     res = self._once(key, self._res, prepare)
     self._drop_old()
     return res
 
-Explorer.model, Explorer.resources = _model, _resources
-
-# %% ../../nbs/23_explorer.ipynb #c9d2e006
-def _drop_old(self: Explorer):
-    "Forget the least recently used corpora beyond `keep`, and pastes beyond `keep_pasted` / `pasted_bytes` (deleting them)."
-    with self._lock:
-        named, pasted = [k for k in self._res if not k[2]], [k for k in self._res if k[2]]
-        drop = named[:max(0, len(named) - self.keep)] + pasted[:max(0, len(pasted) - self.keep_pasted)]
-        pasted = pasted[max(0, len(pasted) - self.keep_pasted):]
-        size = sum(self._pasted[k][1] for k in pasted if k in self._pasted)
-        while len(pasted) > 1 and size > self.pasted_bytes:
-            k = pasted.pop(0); drop.append(k); size -= self._pasted.get(k, (None, 0))[1]
-        for k in drop: self._res.pop(k, None)
-        folders = [self._pasted.pop(k)[0] for k in drop if k in self._pasted]
-    for f in folders: shutil.rmtree(f, ignore_errors=True)  # a thread still answering from it keeps its open files
-
-def _paste_folder(self: Explorer) -> Path:
-    "This explorer's folder of pasted stores: made on first use, locked while the explorer lives, deleted with it."
-    with self._lock:
-        if self._paste_dir is None:
-            root = pasted_root(); root.mkdir(parents=True, exist_ok=True)
-            d = Path(tempfile.mkdtemp(prefix=f'{os.getpid()}-', dir=root))
-            self._paste_dir, self._cleanup = d, weakref.finalize(self, _remove_folder, d, _lock_file(d/'.owner'))
-        return self._paste_dir
-
-def _close(self: Explorer):
-    "Forget the prepared corpora and delete this explorer's pasted stores (also done when it is collected, or at exit)."
-    with self._lock: self._res.clear(); self._pasted.clear(); cleanup, self._paste_dir, self._cleanup = self._cleanup, None, None
-    if cleanup is not None: cleanup()
-
-Explorer._drop_old, Explorer._paste_folder, Explorer.close = _drop_old, _paste_folder, _close
-
-# %% ../../nbs/23_explorer.ipynb #e565b23e
-def _explore(self: Explorer, query: str, # a sentence with one [MASK]
-             model: str = 'auto', # a key of MODELS; 'auto': the trained NPM if there is one, else the init
-             corpus: str = 'figure1', # a key of CORPORA
-             corpus_text: str | None = None, # the pasted documents when corpus='pasted'
-             **settings, # `Settings` fields (strings are fine: they are parsed and checked)
-            ) -> Exploration:
-    "Answer one query: phrases with evidence, neighbour distributions, label probabilities; `InputProblem` on bad input."
+# %% ../../nbs/23_explorer.ipynb #9321493e
+@patch
+def explore(self: Explorer, query: str, # a sentence with one [MASK]
+            model: str = 'auto', # a key of MODELS; 'auto': the trained NPM if there is one, else the init
+            corpus: str = 'figure1', # a key of CORPORA
+            corpus_text: str | None = None, # the pasted documents when corpus='pasted'
+            **settings, # `Settings` fields (strings are fine: they are parsed and checked)
+           ) -> Exploration:
+    "Answer one query: phrases, evidence, neighbour distributions, label probabilities; `InputProblem` on bad input."
     query, s = check_query(query), Settings.parse(**settings)
     key = self.default_model()[0] if model == 'auto' else model
-    m = self.model(key); res = self.resources(key, corpus, corpus_text)  # waits only for this model's or corpus's preparation
+    m = self.model(key)
+    res = self.resources(key, corpus, corpus_text)  # waits only for this model's or corpus's preparation
     t0 = time.perf_counter()
     with torch.no_grad(): ex = MODELS[key].answer(m, res, query, s)  # no lock: other people's answers run meanwhile
     ex.seconds = time.perf_counter() - t0
@@ -678,8 +837,10 @@ def _explore(self: Explorer, query: str, # a sentence with one [MASK]
     if model == 'auto' and self.default_model()[1]: ex.notes.insert(0, self.default_model()[1])
     return ex
 
-def _explore_status(self: Explorer, query: str, **kw) -> tuple[Exploration | None, str | None, int]:
-    "`(exploration, None, 200)` or `(None, message, status)`: 4xx for bad input, 500 for a failure (logged); never raises."
+# %% ../../nbs/23_explorer.ipynb #ce68785e
+@patch
+def explore_status(self: Explorer, query: str, **kw) -> tuple[Exploration | None, str | None, int]:
+    "`(exploration, None, 200)` or `(None, message, status)`: 4xx bad input, 500 a failure (logged); never raises."
     try: return self.explore(query, **kw), None, 200
     except InputProblem as e: return None, public_message(str(e)), e.status
     except Exception as e:
@@ -687,30 +848,36 @@ def _explore_status(self: Explorer, query: str, **kw) -> tuple[Exploration | Non
         return None, public_message(f"Something went wrong while answering ({type(e).__name__}: {str(e)[:300]}). The "
                                     "details are in the server's log."), 500
 
-def _explore_safe(self: Explorer, query: str, **kw) -> tuple[Exploration | None, str | None]:
+# %% ../../nbs/23_explorer.ipynb #b7b05ee3
+@patch
+def explore_safe(self: Explorer, query: str, **kw) -> tuple[Exploration | None, str | None]:
     "`(exploration, None)` or `(None, message)`: never raises (unexpected errors are logged with their traceback)."
     e, message, _ = self.explore_status(query, **kw)
     return e, message
-
-Explorer.explore, Explorer.explore_status, Explorer.explore_safe = _explore, _explore_status, _explore_safe
 
 # %% ../../nbs/23_explorer.ipynb #d6aca799
 def bars_svg(pairs: list, # [(label, probability)], most probable first
              title: str, colour: str = '#4c72b0', width: int = 300, row: int = 17) -> str:
     "A small horizontal bar chart as inline SVG."
-    pairs = list(pairs)[:10]; h = 22 + row * max(len(pairs), 1)
-    top = max([p for _, p in pairs] + [1e-12]); lab = 110; bar = width - lab - 52
+    pairs = list(pairs)[:10]
+    h = 22 + row * max(len(pairs), 1)
+    top = max([p for _, p in pairs] + [1e-12])
+    lab = 110
+    bar = width - lab - 52
     out = [f'<svg class="npm-bars" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" role="img" '
            f'aria-label="{html.escape(title)}"><text x="0" y="13" class="npm-svg-title">{html.escape(title)}</text>']
     if not pairs: out.append(f'<text x="0" y="32" class="npm-svg-label">(none)</text>')
     for i, (w, p) in enumerate(pairs):
-        y = 22 + i * row; name = w if len(w) <= 16 else w[:15] + '…'
-        out.append(f'<text x="{lab - 4}" y="{y + 12}" text-anchor="end" class="npm-svg-label">{html.escape(name)}</text>'
-                   f'<rect x="{lab}" y="{y + 2}" width="{max(1.0, bar * p / top):.1f}" height="{row - 5}" fill="{colour}"/>'
-                   f'<text x="{lab + max(1.0, bar * p / top) + 4:.1f}" y="{y + 12}" class="npm-svg-value">{p:.3f}</text>')
+        y = 22 + i * row
+        name = w if len(w) <= 16 else w[:15] + '…'
+        out.append(
+            f'<text x="{lab - 4}" y="{y + 12}" text-anchor="end" class="npm-svg-label">{html.escape(name)}</text>'
+            f'<rect x="{lab}" y="{y + 2}" width="{max(1.0, bar * p / top):.1f}" height="{row - 5}" fill="{colour}"/>'
+            f'<text x="{lab + max(1.0, bar * p / top) + 4:.1f}" y="{y + 12}" class="npm-svg-value">{p:.3f}</text>'
+        )
     return ''.join(out) + '</svg>'
 
-# %% ../../nbs/23_explorer.ipynb #e589b8b9
+# %% ../../nbs/23_explorer.ipynb #26b97867
 STYLE = """<style>
 .npm-result{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;font-size:14px;color:#222;max-width:980px}
 .npm-meta{color:#555;font-size:12px;margin:4px 0 8px}
@@ -729,6 +896,7 @@ def render_error(message: str) -> str:
     "A friendly message as an HTML fragment."
     return STYLE + f'<div class="npm-error" role="alert">{html.escape(message)}</div>'
 
+# %% ../../nbs/23_explorer.ipynb #d62590c0
 def render_html(e: Exploration) -> str:
     "An `Exploration` as a self-contained HTML fragment: answers with highlighted evidence, plots, labels."
     esc, s = html.escape, e.settings
@@ -743,17 +911,21 @@ def render_html(e: Exploration) -> str:
         out.append(f'<div class="npm-meta">BM25 blocks from: {esc(", ".join(e.blocks[:8]) + more)}</div>')
     out.append('<ol class="npm-answers">')
     for a in e.answers:
-        out.append(f'<li class="npm-answer"><span class="npm-phrase">{esc(a.text)}</span>'
-                   f'<span class="npm-score">score {a.score:.3f}' + (f' · {a.count} occurrences' if a.count > 1 else '') +
-                   f'</span><div class="npm-title">{esc(a.title or a.doc_id)}</div>'
-                   f'<div class="npm-snippet">{esc(a.left)}<mark>{esc(a.text)}</mark>{esc(a.right)}</div></li>')
+        out.append(
+            f'<li class="npm-answer"><span class="npm-phrase">{esc(a.text)}</span>'
+            f'<span class="npm-score">score {a.score:.3f}'
+            + (f' · {a.count} occurrences' if a.count > 1 else '')
+            + f'</span><div class="npm-title">{esc(a.title or a.doc_id)}</div>'
+            f'<div class="npm-snippet">{esc(a.left)}<mark>{esc(a.text)}</mark>{esc(a.right)}</div></li>'
+        )
     out.append('</ol><div class="npm-plots">')
     if e.end or e.start:
         out.append(bars_svg(e.start, 'start neighbours' if e.end else 'token neighbours', '#4c72b0'))
         if e.end: out.append(bars_svg(e.end, 'end neighbours', '#dd8452'))
     if e.labels is not None: out.append(bars_svg(e.labels, 'labels: ' + e.label_source.split(' (')[0], '#55a868'))
     out.append('</div>')
-    if e.labels is not None: out.append(f'<div class="npm-meta">label words: {esc(e.label_source)}, τ {s["label_temperature"]:g}</div>')
+    if e.labels is not None:
+        out.append(f'<div class="npm-meta">label words: {esc(e.label_source)}, τ {s["label_temperature"]:g}</div>')
     return ''.join(out) + '</div>'
 
 # %% ../../nbs/23_explorer.ipynb #69a4b487
@@ -764,58 +936,86 @@ def explorer_widget(explorer: Explorer | None = None, # default: a new `Explorer
     ex = explorer or Explorer()
     models = [(e.label + ('' if e.missing(ex.profile) is None else ' (not trained yet)'), k) for k, e in MODELS.items()]
     lay = W.Layout(width='98%')
-    w = dict(query=W.Text(value=query, description='Query', layout=lay, continuous_update=False),
-             model=W.Dropdown(options=[('auto: ' + MODELS[ex.default_model()[0]].label, 'auto')] + models, description='Model'),
-             corpus=W.Dropdown(options=[(e.label, k) for k, e in CORPORA.items()], value=corpus, description='Corpus', layout=lay),
-             corpus_text=W.Textarea(placeholder='Paste paragraphs separated by blank lines', layout=W.Layout(width='98%', display='none')),
-             bm25=W.Checkbox(value=True, description='BM25 restriction'), k=W.IntSlider(K_NEIGHBOURS, 16, 16_384, 16, description='k'),
-             l_max=W.IntSlider(10, 1, 30, description='l_max'), temperature=W.FloatLogSlider(1.0, min=-1, max=1, description='temperature'),
-             labels=W.Text(placeholder='great: good, wonderful | terrible: bad (optional)', description='Labels', layout=lay))
+    w = dict(
+        query=W.Text(value=query, description='Query', layout=lay, continuous_update=False),
+        model=W.Dropdown(
+            options=[('auto: ' + MODELS[ex.default_model()[0]].label, 'auto')] + models, description='Model'
+        ),
+        corpus=W.Dropdown(
+            options=[(e.label, k) for k, e in CORPORA.items()], value=corpus, description='Corpus', layout=lay
+        ),
+        corpus_text=W.Textarea(
+            placeholder='Paste paragraphs separated by blank lines', layout=W.Layout(width='98%', display='none')
+        ),
+        bm25=W.Checkbox(value=True, description='BM25 restriction'),
+        k=W.IntSlider(K_NEIGHBOURS, 16, 16_384, 16, description='k'),
+        l_max=W.IntSlider(10, 1, 30, description='l_max'),
+        temperature=W.FloatLogSlider(1.0, min=-1, max=1, description='temperature'),
+        labels=W.Text(
+            placeholder='great: good, wonderful | terrible: bad (optional)', description='Labels', layout=lay
+        ),
+    )
     run, out = W.Button(description='Fill the mask', button_style='primary'), W.HTML()
     def answer(*_):
         kw = {k: v.value for k, v in w.items() if k != 'query'}
         e, err = ex.explore_safe(w['query'].value, **kw)
         out.value = render_error(err) if err else render_html(e)
     def show_text(ch): w['corpus_text'].layout.display = '' if CORPORA[ch['new']].pasted else 'none'
-    w['corpus'].observe(show_text, names='value'); run.on_click(answer)
+    w['corpus'].observe(show_text, names='value')
+    run.on_click(answer)
     w['query'].observe(answer, names='value')  # Enter (or leaving the box) answers too
     box = W.VBox([w['query'], W.HBox([w['model'], w['bm25']]), w['corpus'], w['corpus_text'],
                   W.HBox([w['k'], w['l_max'], w['temperature']]), w['labels'], run, out])
     box.answer, box.controls, box.output = answer, w, out
     return box
 
-# %% ../../nbs/23_explorer.ipynb #e59a47f1
-PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>NPM explorer</title>
+# %% ../../nbs/23_explorer.ipynb #54bae5e8
+_PAGE_HEAD = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>NPM explorer</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">
 <style>
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;background:#f6f7f9;color:#222}
 header{background:#24364b;color:#fff;padding:10px 20px}header h1{font-size:18px;margin:0}
-header p{margin:2px 0 0;font-size:12px;color:#cdd6e0}main{display:flex;gap:20px;padding:14px 20px;align-items:flex-start}
+header p{margin:2px 0 0;font-size:12px;color:#cdd6e0}main{display:flex;gap:20px;padding:14px 20px;\
+align-items:flex-start}
 form{background:#fff;border:1px solid #dde;border-radius:6px;padding:12px;width:330px;flex:none;font-size:13px}
-form label{display:block;margin:8px 0 2px;color:#444}form input[type=text],form select,form textarea{width:100%;box-sizing:border-box;font:inherit;padding:4px}
+form label{display:block;margin:8px 0 2px;color:#444}form input[type=text],form select,form textarea{width:100%;\
+box-sizing:border-box;font:inherit;padding:4px}
 #query{font-size:15px;padding:6px}form .row{display:flex;gap:8px}form .row>div{flex:1}
-form input[type=number]{width:100%;box-sizing:border-box}button{margin-top:12px;padding:7px 14px;font-size:14px;background:#2a5d9f;color:#fff;border:0;border-radius:4px;cursor:pointer}
+form input[type=number]{width:100%;box-sizing:border-box}button{margin-top:12px;padding:7px 14px;font-size:14px;\
+background:#2a5d9f;color:#fff;border:0;border-radius:4px;cursor:pointer}
 .examples button{background:#e8eef6;color:#24364b;font-size:11px;margin:3px 3px 0 0;padding:3px 6px}
 #out{flex:1;background:#fff;border:1px solid #dde;border-radius:6px;padding:12px;min-height:200px}
-#status{font-size:12px;color:#555;margin-bottom:6px}.banner{background:#fff4d6;border-left:4px solid #e0a800;padding:6px 10px;margin:8px 20px 0;font-size:13px}
+#status{font-size:12px;color:#555;margin-bottom:6px}.banner{background:#fff4d6;border-left:4px solid #e0a800;\
+padding:6px 10px;margin:8px 20px 0;font-size:13px}
 </style></head><body>
-<header><h1>NPM explorer</h1><p>Nonparametric Masked Language Model (Min et al., 2023): the [MASK] is filled with a phrase cut from the reference corpus.</p></header>
+"""
+
+# %% ../../nbs/23_explorer.ipynb #c1c3e337
+_PAGE_FORM = """<header><h1>NPM explorer</h1><p>Nonparametric Masked Language Model (Min et al.,\
+ 2023): the [MASK] is filled with a phrase cut from the reference corpus.</p></header>
 {{banner}}
 <main><form id="f" autocomplete="off" novalidate>
 <label for="query">Sentence with one [MASK]</label><input type="text" id="query" name="query" value="{{query}}">
 <div class="examples">{{examples}}</div>
 <label for="model">Model</label><select id="model" name="model">{{models}}</select>
 <label for="corpus">Reference corpus</label><select id="corpus" name="corpus">{{corpora}}</select>
-<div id="pasted" style="display:none"><label for="corpus_text">Your documents (blank line between them; "# Title" first line optional)</label>
+<div id="pasted" style="display:none"><label for="corpus_text">Your documents (blank line between them;\
+ "# Title" first line optional)</label>
 <textarea id="corpus_text" name="corpus_text" rows="6"></textarea></div>
 <label><input type="checkbox" id="bm25" name="bm25" checked> BM25: search only the top blocks (paper §6.3)</label>
-<div class="row"><div><label for="k">k</label><input type="number" id="k" name="k" value="{{k}}" min="1" max="16384"></div>
+<div class="row"><div><label for="k">k</label><input type="number" id="k" name="k" value="{{k}}" min="1" max="16384">\
+</div>
 <div><label for="l_max">l_max</label><input type="number" id="l_max" name="l_max" value="10" min="1" max="30"></div>
-<div><label for="temperature">temperature</label><input type="number" id="temperature" name="temperature" value="1" step="any" min="0.01"></div></div>
-<label for="labels">Labels (optional): great: good, wonderful | terrible: bad</label><input type="text" id="labels" name="labels">
+<div><label for="temperature">temperature</label>\
+<input type="number" id="temperature" name="temperature" value="1" step="any" min="0.01"></div></div>
+<label for="labels">Labels (optional): great: good, wonderful | terrible: bad</label>\
+<input type="text" id="labels" name="labels">
 <button type="submit" id="go">Fill the mask</button></form>
 <section id="out"><div id="status">{{status}}</div><div id="result"></div></section></main>
-<script>
+"""
+
+# %% ../../nbs/23_explorer.ipynb #818243bc
+_PAGE_SCRIPT = """<script>
 const f=document.getElementById('f'),res=document.getElementById('result'),st=document.getElementById('status');
 const corpus=document.getElementById('corpus'),pasted=document.getElementById('pasted');
 const showPasted=()=>{pasted.style.display=corpus.selectedOptions[0].dataset.pasted?'block':'none'};
@@ -825,20 +1025,26 @@ document.querySelectorAll('.examples button').forEach(b=>b.addEventListener('cli
 f.addEventListener('submit',async e=>{e.preventDefault();const body={};
   for(const el of f.elements){if(!el.name)continue;body[el.name]=el.type==='checkbox'?el.checked:el.value;}
   st.textContent='Answering…';const t0=performance.now();
-  try{const r=await fetch('api/explore',{method:'POST',headers:{'Content-Type':'application/json'},body:JSON.stringify(body)});
+  try{const r=await fetch('api/explore',{method:'POST',headers:{'Content-Type':'application/json'},\
+body:JSON.stringify(body)});
     const text=await r.text();let j;
-    try{j=JSON.parse(text);}catch(_){  // an answer of the server itself (waitress), not of the app: say it as the app would
+    try{j=JSON.parse(text);}catch(_){  // an answer of the server itself (waitress),\
+ not of the app: say it as the app would
       j={error:r.status===413?'The request is longer than the explorer reads: paste at most {{max_chars}} characters.'
                              :`The explorer server answered ${r.status} ${r.statusText}.`};
-      const d=document.createElement('div');d.className='npm-error';d.setAttribute('role','alert');d.textContent=j.error;
+      const d=document.createElement('div');d.className='npm-error';d.setAttribute('role','alert');\
+d.textContent=j.error;
       j.html=d.outerHTML;}
     const ms=performance.now()-t0;res.innerHTML=j.html||'';
-    st.textContent=j.error?'':`Answered in ${j.seconds.toFixed(2)} s (model and corpus loaded; ${(ms/1000).toFixed(2)} s round trip in this browser)`;
-  }catch(err){res.innerHTML='<div class="npm-error" role="alert">The explorer server did not answer: is it still running?</div>';st.textContent='';}
+    st.textContent=j.error?'':`Answered in ${j.seconds.toFixed(2)} s (model and corpus loaded; ${(ms/1000).toFixed(2)}\
+ s round trip in this browser)`;
+  }catch(err){res.innerHTML='<div class="npm-error" role="alert">\
+The explorer server did not answer: is it still running?</div>';st.textContent='';}
 });
 </script></body></html>"""
+PAGE = _PAGE_HEAD + _PAGE_FORM + _PAGE_SCRIPT
 
-# %% ../../nbs/23_explorer.ipynb #a7c1e006
+# %% ../../nbs/23_explorer.ipynb #34cb3c6a
 _PLAIN_WORDS = set('''a an the and or but of in on at to for with from by as into about than then that this these those
 is are was were be been being it its there their they them he she his her we our you your which who whom whose what
 when where how not also very more most such only other some any each'''.split())
@@ -852,14 +1058,20 @@ def masked_sentence(sentence: str, # one sentence of a document
     if len(words) < 4: return None
     caps = [i for i in range(1, len(words)) if words[i].group()[0].isupper()]
     if caps:  # the last run of capitalised words, e.g. 'South Korea'
-        j = caps[-1]; i = j
+        j = caps[-1]
+        i = j
         while i - 1 in caps and s[words[i - 1].end():words[i].start()] == ' ': i -= 1
     else:
-        long = [i for i in range(1, len(words)) if len(words[i].group()) >= 4 and words[i].group().lower() not in _PLAIN_WORDS]
+        long = [
+            i
+            for i in range(1, len(words))
+            if len(words[i].group()) >= 4 and words[i].group().lower() not in _PLAIN_WORDS
+        ]
         if not long: return None
         i = j = long[-1]
     return s[:words[i].start()] + MASK + s[words[j].end():]
 
+# %% ../../nbs/23_explorer.ipynb #e56dfb7b
 def store_examples(ds, # a datastore (or anything with `.texts`, the documents)
                    n: int = 4, # example queries wanted
                    tries: int = 25, # documents read at most in each part of the store
@@ -871,18 +1083,22 @@ def store_examples(ds, # a datastore (or anything with `.texts`, the documents)
         for doc in range(lo, min(hi, lo + tries)):
             sentences = re.split(r'(?<=[.!?])\s+', texts[doc][:3000])
             q = next((q for q in map(masked_sentence, sentences) if q and q not in out), None)
-            if q: out.append(q); break
+            if q:
+                out.append(q)
+                break
     return out
 
-# %% ../../nbs/23_explorer.ipynb #db0b8697
+# %% ../../nbs/23_explorer.ipynb #31eb68a7
 def _page(ex: Explorer, model: str, corpus: str, query: str, note: str | None, examples: list) -> str:
     esc, opts = html.escape, ex.options()
-    models = [f'<option value="auto"{" selected" if model == "auto" else ""}>auto: {esc(MODELS[ex.default_model()[0]].label)}</option>']
-    models += [f'<option value="{esc(m["key"])}"{" selected" if m["key"] == model else ""}{" disabled" if m["missing"] else ""}'
+    models = [f'<option value="auto"{" selected" if model == "auto" else ""}>'
+              f'auto: {esc(MODELS[ex.default_model()[0]].label)}</option>']
+    models += [f'<option value="{esc(m["key"])}"{" selected" if m["key"] == model else ""}'
+               f'{" disabled" if m["missing"] else ""}'
                f'{" title=" + chr(34) + esc(m["missing"]) + chr(34) if m["missing"] else ""}>{esc(m["label"])}'
                f'{" (not trained yet)" if m["missing"] else ""}</option>' for m in opts['models']]
-    corpora = [f'<option value="{esc(c["key"])}"{" selected" if c["key"] == corpus else ""}{" data-pasted=1" if c["pasted"] else ""}>'
-               f'{esc(c["label"])}</option>' for c in opts['corpora']]
+    corpora = [f'<option value="{esc(c["key"])}"{" selected" if c["key"] == corpus else ""}'
+               f'{" data-pasted=1" if c["pasted"] else ""}>{esc(c["label"])}</option>' for c in opts['corpora']]
     examples = ''.join(f'<button type="button" data-q="{esc(q)}">{esc(q)}</button>' for q in examples)
     page = PAGE
     for k, v in dict(banner=f'<div class="banner" id="banner">{esc(note)}</div>' if note else '', query=esc(query),
@@ -892,25 +1108,41 @@ def _page(ex: Explorer, model: str, corpus: str, query: str, note: str | None, e
         page = page.replace('{{' + k + '}}', v)
     return page
 
-MAX_BODY_BYTES = 12 * MAX_CORPUS_CHARS + 2**16  # the longest paste, each character JSON-escaped as a surrogate pair, + the form
+# %% ../../nbs/23_explorer.ipynb #7d13f818
+MAX_BODY_BYTES = (
+    12 * MAX_CORPUS_CHARS + 2**16
+)  # the longest paste, each character JSON-escaped as a surrogate pair, + the form
 LOCAL_HOSTS = ('localhost', '127.0.0.1', '::1')
 REQUEST_FIELDS = {'model', 'corpus', 'corpus_text'}  # what a request names besides its query and its `Settings`
 
+def _has_surrogate(s: str) -> bool:
+    try:
+        s.encode('utf-8')
+        return False
+    except UnicodeEncodeError:
+        return True
+
 def request_problem(body: dict) -> str | None:
-    "Why a request's fields cannot be read (a list or object where a value goes, text that is not valid Unicode), or None."
-    bad = [f"{k!r} must be a string, a number or true/false, not {type(v).__name__} {str(v)[:40]}" for k, v in body.items()
-           if not (isinstance(v, (str, int, float, bool)) or v is None)]
+    "Why a request's fields cannot be read (a list or object where a value goes, text not valid Unicode), or None."
+    bad = [
+        f"{k!r} must be a string, a number or true/false, not {type(v).__name__} {str(v)[:40]}"
+        for k, v in body.items()
+        if not (isinstance(v, (str, int, float, bool)) or v is None)
+    ]
     for k, v in body.items():
         for what, s in (('the name', k), ('the value', v)):
             if isinstance(s, str) and _has_surrogate(s):
-                bad.append(f"{what} of {k.encode('utf-8', 'replace').decode()!r} holds a lone surrogate (a \\udXXX escape "
-                           "without its pair), which is not valid Unicode text")
-    return ('The request cannot be read: ' + '; '.join(bad) + '. Send each setting as one value, and text as UTF-8.') if bad else None
+                bad.append(
+                    f"{what} of {k.encode('utf-8', 'replace').decode()!r} holds a lone surrogate (a \\udXXX escape "
+                    "without its pair), which is not valid Unicode text"
+                )
+    return (
+        ('The request cannot be read: ' + '; '.join(bad) + '. Send each setting as one value, and text as UTF-8.')
+        if bad
+        else None
+    )
 
-def _has_surrogate(s: str) -> bool:
-    try: s.encode('utf-8'); return False
-    except UnicodeEncodeError: return True
-
+# %% ../../nbs/23_explorer.ipynb #915c92df
 def host_name(host: str | None) -> str:
     "The name in a Host header, lower-cased, without port, brackets or final dot: '[::1]:8765' -> '::1'."
     host = (host or '').strip().lower()
@@ -918,6 +1150,7 @@ def host_name(host: str | None) -> str:
     elif host.count(':') == 1: host = host.split(':', 1)[0]
     return host.rstrip('.')
 
+# %% ../../nbs/23_explorer.ipynb #afa60bcb
 def allowed_hosts(bind: str = '127.0.0.1', # the address the server listens on
                   extra=(), # other names people reach it by (`--allow-host`)
                  ) -> set:
@@ -926,18 +1159,52 @@ def allowed_hosts(bind: str = '127.0.0.1', # the address the server listens on
     if host_name(bind) not in ('', '0.0.0.0', '::'): names.add(host_name(bind))
     return names
 
+# %% ../../nbs/23_explorer.ipynb #4e1fbc12
+def _add_guard(app, error: Callable, hosts: set, max_body: int):
+    "Refuse, before any of its body is read, a request for another host (403) or longer than `max_body` (413)."
+    from flask import request
+
+    @app.before_request
+    def guard():  # before anything of the body is read
+        if host_name(request.host) not in hosts:
+            return error(f"This explorer does not answer requests for the host {request.host[:80]!r} (a guard "
+                         "against DNS rebinding): open it at http://127.0.0.1:<port>/, or start it with --allow-host "
+                         "NAME.", 403)
+        if (request.content_length or 0) > max_body:
+            return error(f"The request is {request.content_length:,} bytes; the explorer reads at most {max_body:,}: "
+                         f"paste at most {MAX_CORPUS_CHARS:,} characters.", 413)
+
+# %% ../../nbs/23_explorer.ipynb #06d3209c
+def _add_error_handlers(app, error: Callable, max_body: int):
+    "Answer every error of `app` as JSON: a refused request (404, 405, 413, ...) in a sentence, a crash as 500."
+    from flask import request
+    from werkzeug.exceptions import HTTPException
+
+    @app.errorhandler(HTTPException)
+    def refused(e):
+        say = {404: 'No such page: the explorer is at /',
+               405: f'{request.method} is not how to ask this page: POST a JSON object.',
+               413: f'The request is longer than the {max_body:,} bytes the explorer reads: paste at most '
+                    f'{MAX_CORPUS_CHARS:,} characters.'}
+        return error(say.get(e.code, f'{e.name}.'), e.code)
+
+    @app.errorhandler(Exception)
+    def crashed(e):
+        traceback.print_exc(file=sys.stderr)
+        return error(f'The server could not handle that request ({type(e).__name__}); the details are in its log.', 500)
+
 # %% ../../nbs/23_explorer.ipynb #c9d2e010
-def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
+def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1', # what a plain request asks
                query: str | None = None, # the query the page opens with (default: its first example)
                host: str = '127.0.0.1', # the address the server listens on (its name is accepted as Host)
                allow_hosts=(), # other Host names to answer (e.g. 'explorer.lan'): every other one gets 403
                max_body: int = MAX_BODY_BYTES, # longer request bodies get 413, unread
                note: str | None = None, # the page's banner (default: for model 'auto', the note of `default_model()`)
               ):
-    "A Flask app over `explorer`: the page at `/`, answers at `POST /api/explore` (by default with `model` on `corpus`), every error as JSON with its status."
+    "A Flask app over `explorer`: the page at `/`, answers at `POST /api/explore`, every error as JSON with its status."
     from flask import Flask, jsonify, request
-    from werkzeug.exceptions import HTTPException
-    app = Flask('npm_nb.run.explorer'); app.config['MAX_CONTENT_LENGTH'] = max_body  # also stops bodies sent without a length
+    app = Flask('npm_nb.run.explorer')
+    app.config['MAX_CONTENT_LENGTH'] = max_body  # also stops bodies sent without a length
     hosts = allowed_hosts(host, allow_hosts)
     if note is None and model == 'auto': note = explorer.default_model()[1]
     chips = []
@@ -945,7 +1212,7 @@ def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
     def examples() -> list:  # the served corpus's, or drawn from its documents (once, on the first page)
         if not chips:
             c = CORPORA.get(corpus)
-            try: chips.extend((c.examples if c and c.examples else store_examples(explorer.resources(model, corpus).ds)))
+            try: chips.extend(c.examples if c and c.examples else store_examples(explorer.resources(model, corpus).ds))
             except Exception: traceback.print_exc(file=sys.stderr)  # the page still opens, with the default example
             chips.extend([] if chips else [EXAMPLE])
         return chips
@@ -954,14 +1221,7 @@ def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
         message = public_message(message)
         return jsonify(error=message, html=render_error(message)), status
 
-    @app.before_request
-    def guard():  # before anything of the body is read
-        if host_name(request.host) not in hosts:
-            return error(f"This explorer does not answer requests for the host {request.host[:80]!r} (a guard against DNS "
-                         "rebinding): open it at http://127.0.0.1:<port>/, or start it with --allow-host NAME.", 403)
-        if (request.content_length or 0) > max_body:
-            return error(f"The request is {request.content_length:,} bytes; the explorer reads at most {max_body:,}: "
-                         f"paste at most {MAX_CORPUS_CHARS:,} characters.", 413)
+    _add_guard(app, error, hosts, max_body)
 
     @app.get('/')
     def index(): return _page(explorer, model, corpus, query or examples()[0], note, examples())
@@ -970,45 +1230,42 @@ def create_app(explorer: Explorer, model: str = 'auto', corpus: str = 'figure1',
     def api_explore():
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
-            return error('The request was not a JSON object: send one such as {"query": "Thessaloniki is a city in [MASK]."}', 400)
+            return error('The request was not a JSON object: send one such as '
+                         '{"query": "Thessaloniki is a city in [MASK]."}', 400)
         if problem := request_problem(body): return error(problem, 400)
         q = body.pop('query', '')
         unknown = set(body) - REQUEST_FIELDS - set(Settings.__dataclass_fields__)
         if unknown:
-            return error(f"unknown setting(s) {sorted(unknown)}: use {sorted(REQUEST_FIELDS | set(Settings.__dataclass_fields__))}", 422)
-        body.setdefault('model', model); body.setdefault('corpus', corpus)  # a plain request asks what the page shows
+            return error(f"unknown setting(s) {sorted(unknown)}: "
+                         f"use {sorted(REQUEST_FIELDS | set(Settings.__dataclass_fields__))}", 422)
+        body.setdefault('model', model)  # a plain request asks what the page shows
+        body.setdefault('corpus', corpus)
         e, err, status = explorer.explore_status(q if isinstance(q, str) else str(q), **body)
         if err: return error(err, status)
         return jsonify(html=render_html(e), seconds=e.seconds, result=e.to_dict())
 
-    @app.errorhandler(HTTPException)
-    def refused(e):
-        say = {404: 'No such page: the explorer is at /', 405: f'{request.method} is not how to ask this page: POST a JSON object.',
-               413: f'The request is longer than the {max_body:,} bytes the explorer reads: paste at most {MAX_CORPUS_CHARS:,} characters.'}
-        return error(say.get(e.code, f'{e.name}.'), e.code)
-
-    @app.errorhandler(Exception)
-    def crashed(e):
-        traceback.print_exc(file=sys.stderr)
-        return error(f'The server could not handle that request ({type(e).__name__}); the details are in its log.', 500)
+    _add_error_handlers(app, error, max_body)
     return app
 
-# %% ../../nbs/23_explorer.ipynb #a7c1e002
+# %% ../../nbs/23_explorer.ipynb #6020dccf
 SERVER_THREADS = 4        # requests the app works on at once (an answer is mostly one forward pass); more wait in line
 CONNECTION_LIMIT = 200    # connections open at once; more wait in the kernel's queue until some close
 CHANNEL_TIMEOUT = 30      # seconds a connection may sit idle, half a request included, before the server closes it
 SERVER_BODY_BYTES = 4 * MAX_BODY_BYTES  # longer bodies: 413 unread, connection closed; shorter ones are read, and the
                                         # app answers those over MAX_BODY_BYTES with its own sentence (413)
 
+# %% ../../nbs/23_explorer.ipynb #8f8a419d
 class ExplorerServer:
-    "A WSGI app served by waitress with bounded threads, connections, idle time and body size; `.port` is the bound port."
+    "A WSGI app served by waitress with bounded threads, connections, idle time and body size; `.port` is its port."
     def __init__(self, app, host: str = '127.0.0.1', port: int = 8765, # port 0: any free one
                  threads: int = SERVER_THREADS, connection_limit: int = CONNECTION_LIMIT,
                  channel_timeout: int = CHANNEL_TIMEOUT, max_body: int = SERVER_BODY_BYTES,
-                 **adjustments): # other waitress settings, e.g. cleanup_interval: how often idle connections are looked for
+                 **adjustments): # other waitress settings, e.g. cleanup_interval: how often idle connections are sought
         from waitress.server import create_server
-        self.map, self.host, self._stop, self._done, self._started = {}, host, threading.Event(), threading.Event(), False
-        adjustments.setdefault('cleanup_interval', max(1, channel_timeout // 3))  # idle ones go within 4/3 of the timeout
+        self.map, self.host, self._started = {}, host, False
+        self._stop, self._done = threading.Event(), threading.Event()
+        # idle connections go within 4/3 of the timeout
+        adjustments.setdefault('cleanup_interval', max(1, channel_timeout // 3))
         try:
             self.server = create_server(app, map=self.map, host=host, port=port, threads=threads,
                                         connection_limit=connection_limit, channel_timeout=channel_timeout,
@@ -1020,24 +1277,33 @@ class ExplorerServer:
                                    "pick a free port with --port") from None
         self.port = int(getattr(self.server, 'effective_port', 0) or self.server.effective_listen[0][1])
 
-    def run(self):
-        "Serve until `shutdown()` or Ctrl-C; then close every connection and stop the app's threads."
-        from waitress import wasyncore
-        self._started = True
-        try:
-            while self.map and not self._stop.is_set(): wasyncore.loop(timeout=0.25, map=self.map, use_poll=True, count=1)
-        finally: self._close()
+# %% ../../nbs/23_explorer.ipynb #bd06f637
+@patch
+def run(self: ExplorerServer):
+    "Serve until `shutdown()` or Ctrl-C; then close every connection and stop the app's threads."
+    from waitress import wasyncore
+    self._started = True
+    try:
+        while self.map and not self._stop.is_set(): wasyncore.loop(timeout=0.25, map=self.map, use_poll=True, count=1)
+    finally: self._close()
 
-    def _close(self):
-        from waitress import wasyncore
-        wasyncore.close_all(self.map); self.server.task_dispatcher.shutdown(timeout=5); self._done.set()
+# %% ../../nbs/23_explorer.ipynb #d5fd6d2b
+@patch
+def _close(self: ExplorerServer):
+    from waitress import wasyncore
+    wasyncore.close_all(self.map)
+    self.server.task_dispatcher.shutdown(timeout=5)
+    self._done.set()
 
-    def shutdown(self, timeout: float = 10):
-        "Stop serving (from another thread) and wait until it has stopped."
-        self._stop.set()
-        if self._started: self._done.wait(timeout)
-        else: self._close()
+# %% ../../nbs/23_explorer.ipynb #f6590413
+@patch
+def shutdown(self: ExplorerServer, timeout: float = 10):
+    "Stop serving (from another thread) and wait until it has stopped."
+    self._stop.set()
+    if self._started: self._done.wait(timeout)
+    else: self._close()
 
+# %% ../../nbs/23_explorer.ipynb #97cffe14
 def serve(app, host: str = '127.0.0.1', port: int = 8765, # where to listen
           title: str = 'NPM explorer', # what the start-up line calls it
           **kw) -> None: # `ExplorerServer` settings
@@ -1047,26 +1313,36 @@ def serve(app, host: str = '127.0.0.1', port: int = 8765, # where to listen
     try: srv.run()
     except KeyboardInterrupt: print('stopped', flush=True)
 
+# %% ../../nbs/23_explorer.ipynb #70fc2c5f
 def serve_in_thread(app, port: int = 0, host: str = '127.0.0.1', **kw) -> ExplorerServer:
     "Serve `app` from a daemon thread; returns the server (`.port`, `.shutdown()`)."
     srv = ExplorerServer(app, host, port, **kw)
     threading.Thread(target=srv.run, daemon=True, name='npm-nb-explorer-server').start()
     return srv
 
-# %% ../../nbs/23_explorer.ipynb #d2c0b21a
+# %% ../../nbs/23_explorer.ipynb #ea2359e5
 def chromium_path() -> str | None:
     "Debian's Chromium (`/usr/bin/chromium`), `NPM_NB_CHROMIUM`, or None."
     import os
-    for p in [os.environ.get('NPM_NB_CHROMIUM'), '/usr/bin/chromium', shutil.which('chromium'), shutil.which('chromium-browser')]:
-        if p and Path(p).exists(): return p
+    for p in [
+        os.environ.get('NPM_NB_CHROMIUM'),
+        '/usr/bin/chromium',
+        shutil.which('chromium'),
+        shutil.which('chromium-browser'),
+    ]:
+        if p and Path(p).exists():
+            return p
     return None
 
 CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
                  '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage']
 
+# %% ../../nbs/23_explorer.ipynb #a548fc6d
 def free_port() -> int:
     "A free TCP port on 127.0.0.1."
-    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
 
 # %% ../../nbs/23_explorer.ipynb #10f03a75
 def screenshot(url: str, path, query: str, # the page, the PNG to write and the query to type
@@ -1080,7 +1356,9 @@ def screenshot(url: str, path, query: str, # the page, the PNG to write and the 
         b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
         try:
             page = b.new_page(viewport={'width': width, 'height': height})
-            page.goto(url); page.fill('#query', query); page.click('#go')
+            page.goto(url)
+            page.fill('#query', query)
+            page.click('#go')
             page.wait_for_selector('#result mark, #result .npm-error', timeout=timeout_s * 1000)
             mark = page.inner_text('#result mark') if page.query_selector('#result mark') else None
             if mark is None: raise RuntimeError(f"the explorer answered with an error: {page.inner_text('#result')}")
@@ -1088,19 +1366,22 @@ def screenshot(url: str, path, query: str, # the page, the PNG to write and the 
         finally: b.close()
     return mark
 
-# %% ../../nbs/23_explorer.ipynb #0fbeadd4
+# %% ../../nbs/23_explorer.ipynb #9c981c18
 def start_explorer(profile: str = 'cpu', model: str = 'auto', corpus: str = 'open', device: str | None = None,
                    warm: bool = True, progress: bool = True, fuzzy: bool = True) -> Explorer:
     "An `Explorer` with the default model and corpus loaded, caches built and one query answered (the start-up work)."
     ex = Explorer(profile, device, progress, fuzzy)
     key = ex.default_model()[0] if model == 'auto' else model
-    t = time.perf_counter(); m = ex.model(key); print(f'model {MODELS[key].label}: loaded in {time.perf_counter() - t:.1f} s', flush=True)
+    t = time.perf_counter()
+    m = ex.model(key)
+    print(f'model {MODELS[key].label}: loaded in {time.perf_counter() - t:.1f} s', flush=True)
     t = time.perf_counter()
     try: res = ex.resources(key, corpus)
     except (FileNotFoundError, KeyError, OSError) as e:  # e.g. the corpora were never built
         print(f'could not prepare corpus {corpus!r} ({type(e).__name__}: {e}); run `make data` to build the corpora. '
               f'Serving the figure1 corpus instead.', file=sys.stderr, flush=True)
-        corpus = 'figure1'; res = ex.resources(key, corpus)
+        corpus = 'figure1'
+        res = ex.resources(key, corpus)
     ex.corpus = corpus
     print(f'corpus {corpus}: {getattr(res, "ds", res)} ready in {time.perf_counter() - t:.1f} s', flush=True)
     if warm:
@@ -1112,22 +1393,27 @@ def start_explorer(profile: str = 'cpu', model: str = 'auto', corpus: str = 'ope
         print(f'warm: {EXAMPLES[0]!r} -> {[a.text for a in e.answers[:3]]} in {e.seconds:.2f} s', flush=True)
     return ex
 
+# %% ../../nbs/23_explorer.ipynb #997c0944
 def main(argv=None):
     "Start the explorer web app on localhost (or take a screenshot of it)."
     ap = argparse.ArgumentParser(prog='python -m npm_nb.run.explorer', description=main.__doc__)
     ap.add_argument('--profile', default='cpu', help="whose checkpoints and corpus budgets (smoke, cpu, gpu)")
-    ap.add_argument('--model', default='auto', help=f"auto (trained NPM if there is one, else the init) or one of {list(MODELS)}")
+    ap.add_argument('--model', default='auto',
+                    help=f"auto (trained NPM if there is one, else the init) or one of {list(MODELS)}")
     ap.add_argument('--corpus', default='open', help=f"the corpus prepared at start-up: one of {list(CORPORA)}")
-    ap.add_argument('--host', default='127.0.0.1'); ap.add_argument('--port', type=int, default=8765)
+    ap.add_argument('--host', default='127.0.0.1')
+    ap.add_argument('--port', type=int, default=8765)
     ap.add_argument('--allow-host', action='append', default=[], metavar='NAME',
                     help='also answer requests for this host name (repeatable); other names get 403, a guard '
                          'against DNS rebinding (localhost and the --host address are always answered)')
     ap.add_argument('--device', default=None, help='cpu or cuda (default: cuda when visible)')
-    ap.add_argument('--checkpoint', default=None, help='serve this NPM checkpoint folder (e.g. an intermediate one) as the model')
+    ap.add_argument('--checkpoint', default=None,
+                    help='serve this NPM checkpoint folder (e.g. an intermediate one) as the model')
     ap.add_argument('--plain-labels', action='store_true', help='closed-set templates use the label words alone')
     ap.add_argument('--screenshot', default=None, help='write a PNG of the app answering --query, then exit')
     ap.add_argument('--query', default=EXAMPLES[0], help='the query typed for --screenshot')
-    ap.add_argument('--benchmark', action='store_true', help='time answers per search mode into results/benchmarks, then exit')
+    ap.add_argument('--benchmark', action='store_true',
+                    help='time answers per search mode into results/benchmarks, then exit')
     a = ap.parse_args(argv)
     if a.checkpoint: a.model = register_checkpoint(a.checkpoint)
     for name, reg in (('model', list(MODELS) + ['auto']), ('corpus', [k for k, c in CORPORA.items() if not c.pasted])):
@@ -1135,35 +1421,46 @@ def main(argv=None):
     torch.set_num_threads(min(2, torch.get_num_threads()))
     if a.benchmark:
         df, scale = latency_benchmark(a.profile, a.model, a.corpus)
-        print(scale); print(df.to_string(index=False)); return
+        print(scale)
+        print(df.to_string(index=False))
+        return
     ex = start_explorer(a.profile, a.model, a.corpus, a.device, fuzzy=not a.plain_labels)
     app = create_app(ex, a.model, ex.corpus, a.query, host=a.host, allow_hosts=a.allow_host)
     if a.screenshot:
         srv = serve_in_thread(app, 0)
         try: mark = screenshot(f'http://127.0.0.1:{srv.port}/', a.screenshot, a.query)
         finally: srv.shutdown()
-        print(f'{a.screenshot}: the app answering {a.query!r} (top phrase highlighted: {mark!r})'); return
+        print(f'{a.screenshot}: the app answering {a.query!r} (top phrase highlighted: {mark!r})')
+        return
     if host_name(a.host) in ('0.0.0.0', '::') and not a.allow_host:
-        print('Only requests for localhost, 127.0.0.1 and [::1] are answered: add --allow-host NAME for each name people '
-              'use to reach this machine.', file=sys.stderr, flush=True)
+        print('Only requests for localhost, 127.0.0.1 and [::1] are answered: add --allow-host NAME for each name '
+              'people use to reach this machine.', file=sys.stderr, flush=True)
     serve(app, a.host, a.port)
 
-# %% ../../nbs/23_explorer.ipynb #11fc6878
-BENCH_QUERIES = ['Thessaloniki is a city in [MASK].', 'The capital of Greece is [MASK].', 'The Han River flows through [MASK].',
-                 'Football is a popular [MASK] in Brazil.', 'The currency of Japan is the [MASK].', 'Mount Everest is in [MASK].']
+# %% ../../nbs/23_explorer.ipynb #33912a25
+BENCH_QUERIES = [
+    'Thessaloniki is a city in [MASK].',
+    'The capital of Greece is [MASK].',
+    'The Han River flows through [MASK].',
+    'Football is a popular [MASK] in Brazil.',
+    'The currency of Japan is the [MASK].',
+    'Mount Everest is in [MASK].',
+]
 BENCH_TEMPLATES = ['The rooms were clean and the price was low. It was [MASK].',
                    'The plot was dull and the acting was wooden. It was [MASK].',
                    'Shares fell after the bank reported a loss. The text topic is about [MASK].']
 
+# %% ../../nbs/23_explorer.ipynb #0a04d3ee
 def latency_benchmark(profile: str = 'cpu', model: str = 'auto', corpus: str = 'open', reps: int = 2,
                       queries=BENCH_QUERIES, templates=BENCH_TEMPLATES, write: bool = True):
-    "Seconds per answer after start-up, per search mode (interleaved); written to `results/benchmarks/explorer_latency`."
+    "Seconds per answer after start-up per search mode (interleaved), written to `results/benchmarks/explorer_latency`."
     import os, pandas as pd
     ex = start_explorer(profile, model, corpus, warm=False, progress=False)
     key = ex.default_model()[0] if model == 'auto' else model
     load0 = os.getloadavg()[0]
     def timed(q, **kw):
-        c0 = time.process_time(); e = ex.explore(q, model=key, corpus=ex.corpus, **kw)
+        c0 = time.process_time()
+        e = ex.explore(q, model=key, corpus=ex.corpus, **kw)
         return e.seconds, time.process_time() - c0
     first = timed(queries[0])
     modes = {'BM25 top-3 blocks (default)': (queries, dict(bm25=True)),
@@ -1188,18 +1485,25 @@ def latency_benchmark(profile: str = 'cpu', model: str = 'auto', corpus: str = '
     if write: write_latency(df, scale)
     return df, scale
 
+# %% ../../nbs/23_explorer.ipynb #0e3702fb
 def write_latency(df, scale: dict, name: str = 'explorer_latency'):
     "Write the latency table to `results/benchmarks/<name>.{md,csv,meta.json}`, the md headed by what was measured."
     from npm_nb.run.batch import write_table, markdown_table
     from npm_nb.core import committed_results_dir, atomic_write_text
-    title = (f"Explorer: seconds per answer after start-up ({scale['model']}, {scale['stored_vectors']:,} stored vectors; "
-             f"load average {scale['load_average']} on {scale['cores']} cores{': contended' if scale['contended'] else ''})")
-    folder = committed_results_dir('benchmarks'); write_table(name, df, title, profile=scale['profile'], scale=scale, folder=folder)
-    why = ("Wall-clock seconds of `Explorer.explore` with the model and store loaded (`median_s`, `p90_s`, `max_s`), and "
-           "the CPU seconds the process used per answer (`median_cpu_s`, all threads). The modes are interleaved query by "
-           "query. On a busy machine (load above the core count) the wall clock mostly measures waiting for the CPU; the "
-           "CPU seconds are what a quiet machine needs. `python -m npm_nb.run.explorer --benchmark` re-measures.")
+    title = (
+        f"Explorer: seconds per answer after start-up ({scale['model']}, {scale['stored_vectors']:,} stored vectors; "
+        f"load average {scale['load_average']} on {scale['cores']} cores{': contended' if scale['contended'] else ''})"
+    )
+    folder = committed_results_dir('benchmarks')
+    write_table(name, df, title, profile=scale['profile'], scale=scale, folder=folder)
+    why = (
+        "Wall-clock seconds of `Explorer.explore` with the model and store loaded (`median_s`, `p90_s`, `max_s`), and "
+        "the CPU seconds the process used per answer (`median_cpu_s`, all threads). The modes are interleaved query by "
+        "query. On a busy machine (load above the core count) the wall clock mostly measures waiting for the CPU; the "
+        "CPU seconds are what a quiet machine needs. `python -m npm_nb.run.explorer --benchmark` re-measures."
+    )
     return atomic_write_text(folder/f'{name}.md', f'# {title}\n\n{why}\n\n' + markdown_table(df) + '\n')
 
 # %% ../../nbs/23_explorer.ipynb #69cf1d38
-if __name__ == '__main__' and '__file__' in globals(): main()  # `python -m`; a notebook's Run All (no __file__) skips it
+if __name__ == '__main__' and '__file__' in globals():
+    main()  # `python -m`; a notebook's Run All (no __file__) skips it
