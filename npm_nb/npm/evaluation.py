@@ -85,8 +85,11 @@ def majority_baseline(labels) -> tuple:
 # %% ../../nbs/14_evaluation.ipynb #d9a38153
 def _avg_ranks(x: np.ndarray) -> np.ndarray:
     "1-based ranks of `x`, ties sharing their average rank."
-    o = np.argsort(x, kind='mergesort'); _, start, counts = np.unique(x[o], return_index=True, return_counts=True)
-    r = np.empty(len(x)); r[o] = np.repeat(start + (counts + 1) / 2, counts); return r
+    o = np.argsort(x, kind='mergesort')
+    _, start, counts = np.unique(x[o], return_index=True, return_counts=True)
+    r = np.empty(len(x))
+    r[o] = np.repeat(start + (counts + 1) / 2, counts)
+    return r
 
 # %% ../../nbs/14_evaluation.ipynb #8fd379ba
 def roc_auc(scores, # one score per example (higher = more positive)
@@ -102,19 +105,22 @@ def roc_auc(scores, # one score per example (higher = more positive)
 def auc_se(auc: float, n_pos: int, n_neg: int) -> float:
     "Standard error of an AUC (Hanley & McNeil 1982)."
     q1, q2 = auc / (2 - auc), 2 * auc**2 / (1 + auc)
-    return float(np.sqrt(max(auc * (1 - auc) + (n_pos - 1) * (q1 - auc**2) + (n_neg - 1) * (q2 - auc**2), 0) / (n_pos * n_neg)))
+    return float(
+        np.sqrt(max(auc * (1 - auc) + (n_pos - 1) * (q1 - auc**2) + (n_neg - 1) * (q2 - auc**2), 0) / (n_pos * n_neg))
+    )
 
 # %% ../../nbs/14_evaluation.ipynb #f73aa437
 def label_scores(probs) -> np.ndarray:
     "Label probabilities normalised per example (uniform where an example has no mass): [n, L]."
-    p = np.asarray(probs, float); s = p.sum(1, keepdims=True)
+    p = np.asarray(probs, float)
+    s = p.sum(1, keepdims=True)
     return np.where(s > 0, p / np.where(s > 0, s, 1), 1 / p.shape[1])
 
 # %% ../../nbs/14_evaluation.ipynb #8cbac47a
 def macro_auc(probs, # [n, L] label probabilities
               labels, # gold label ids
              ) -> tuple:
-    "`(AUC, its standard error)`: binary AUC of P(1)/(P(0)+P(1)), or the one-vs-rest mean over labels (SE: mean of theirs)."
+    "`(AUC, its standard error)`: binary AUC of P(1)/(P(0)+P(1)), or the one-vs-rest mean over labels (and of SEs)."
     s, y = label_scores(probs), np.asarray(labels, int)
     cols = [1] if s.shape[1] == 2 else range(s.shape[1])
     aucs = [(roc_auc(s[:, j], y == j), (y == j).sum(), (y != j).sum()) for j in cols]
@@ -127,7 +133,8 @@ def prior_corrected(probs, # [n, L] label probabilities
                     seed: int = 0, # the random halves
                    ) -> np.ndarray:
     "Each label's probability divided by its mean over the other half of the examples (no labels used)."
-    p = np.asarray(probs, float); half = np.random.default_rng(seed).permutation(len(p)) % 2 == 0
+    p = np.asarray(probs, float)
+    half = np.random.default_rng(seed).permutation(len(p)) % 2 == 0
     out = np.zeros_like(p)
     for a, b in ((half, ~half), (~half, half)):
         m = p[b].mean(0) if b.any() else p.mean(0)
@@ -144,15 +151,19 @@ def closed_predictions(probs) -> np.ndarray:
 def grouped_mean(x, # per-example scores
                  groups=None, # per-example group labels (e.g. answer-length buckets): average the group means
                 ) -> tuple:
-    "`(mean, its standard error)`: the plain mean (SE = sd/√n), or with `groups` the mean of the group means (SE = √(Σ_g s_g²/n_g) / G)."
+    "`(mean, its SE)`: the plain mean (SE = sd/√n), or with `groups` the mean of group means (SE = √(Σ s_g²/n_g) / G)."
     x = np.asarray(x, float)
     groups = np.zeros(len(x), int) if groups is None else np.asarray(groups)
-    if groups.shape != x.shape: raise ValueError(f"{groups.shape[0] if groups.ndim else 0} group labels for {len(x)} scores: give one per score")
+    if groups.shape != x.shape:
+        raise ValueError(
+            f"{groups.shape[0] if groups.ndim else 0} group labels for {len(x)} scores: give one per score"
+        )
     if not len(x): return float('nan'), float('nan')
     means, var = [], 0.0
     for g in pd.unique(groups):
         v = x[groups == g]
-        means.append(v.mean()); var += v.var(ddof=1) / len(v) if len(v) > 1 else float('nan')   # one example: no spread to measure
+        means.append(v.mean())
+        var += v.var(ddof=1) / len(v) if len(v) > 1 else float('nan')  # one example: no spread to measure
     return float(np.mean(means)), float(np.sqrt(var) / len(means))
 
 # %% ../../nbs/14_evaluation.ipynb #a7b0fc72
@@ -196,7 +207,11 @@ def wordnet_lemmas(pos: str = 'adj', # adj | adv | noun | verb
                    dict_dir=None) -> set:
     "All lemmas WordNet lists for part of speech `pos` (from `index.<pos>`)."
     d = Path(dict_dir or raw_file('wordnet_dict'))
-    return {l.split(' ', 1)[0] for l in (d/f'index.{pos}').read_text(encoding='latin-1').splitlines() if l[:1] not in ('', ' ')}
+    return {
+        l.split(' ', 1)[0]
+        for l in (d / f'index.{pos}').read_text(encoding='latin-1').splitlines()
+        if l[:1] not in ('', ' ')
+    }
 
 # %% ../../nbs/14_evaluation.ipynb #d1825687
 def sentiment_words(lexicon: dict, # word → valence
@@ -220,14 +235,17 @@ class WordNet:
             for line in p.read_text(encoding='latin-1').splitlines():
                 if line.startswith('  ') or not line.strip(): continue  # licence header
                 f = line.partition(' | ')[0].split()
-                nw = int(f[3], 16); words = [f[4 + 2*i] for i in range(nw)]
-                i = 4 + 2*nw; npt = int(f[i])
+                nw = int(f[3], 16)
+                words = [f[4 + 2 * i] for i in range(nw)]
+                i = 4 + 2 * nw
+                npt = int(f[i])
                 ptrs = [(f[i+1+4*j], f[i+2+4*j], f[i+3+4*j]) for j in range(npt)]  # (symbol, offset, pos)
                 self.synsets[f[0]] = (words, ptrs)
         self.senses = {}
         for line in (d/'index.noun').read_text(encoding='latin-1').splitlines():
             if line.startswith('  ') or not line.strip(): continue
-            f = line.split(); p = int(f[3])
+            f = line.split()
+            p = int(f[3])
             self.senses[f[0]] = f[4 + p + 2:]  # synset offsets, most frequent sense first
 
 # %% ../../nbs/14_evaluation.ipynb #9fc33799
@@ -256,7 +274,9 @@ def related(self: WordNet, word: str, # a label word
     if lemma is None: return [word]
     senses = [s for s in self.senses[lemma] if s in self.synsets][:n_senses]
     def targets(offs, symbols):
-        return [t for o in offs for sym, t, pos in self.synsets[o][1] if sym in symbols and pos == 'n' and t in self.synsets]
+        return [
+            t for o in offs for sym, t, pos in self.synsets[o][1] if sym in symbols and pos == 'n' and t in self.synsets
+        ]
     hypo = targets(senses, ('~', '~i'))
     groups = {'synonym': senses, 'domain': targets(senses, ('-c',)), 'hyponym': hypo,
               'hyponym2': targets(hypo, ('~', '~i')), 'hypernym': targets(senses, ('@', '@i'))}
@@ -268,7 +288,7 @@ def related(self: WordNet, word: str, # a label word
 # %% ../../nbs/14_evaluation.ipynb #d57c5743
 EVALUATIVE_HEADS = {  # label word → WordNet head adjectives of that side (the attribute they measure in the comment)
     'great': ['good', 'superior', 'pleasant', 'pleasing', 'interesting', 'beautiful', 'worthy', 'impressive',
-              'satisfactory', 'perfect'],      # quality, quality/caliber, pleasantness, –, interest, beauty, worthiness, …
+              'satisfactory', 'perfect'],      # quality, caliber, pleasantness, –, interest, beauty, worthiness, …
     'terrible': ['bad', 'inferior', 'unpleasant', 'displeasing', 'uninteresting', 'ugly', 'unworthy', 'unimpressive',
                  'unsatisfactory', 'imperfect'],
 }
@@ -282,16 +302,20 @@ JUDGEMENT_EXTRA = {  # hand-written for npm-nb: review judgements the WordNet ru
 @lru_cache(maxsize=2)
 def _adjectives(dict_dir=None) -> tuple:
     "WordNet adjectives: {offset: (type a/s, lemmas, head offset)} and {lemma: offsets, most frequent sense first}."
-    d = Path(dict_dir or raw_file('wordnet_dict')); syn, senses = {}, {}
+    d = Path(dict_dir or raw_file('wordnet_dict'))
+    syn, senses = {}, {}
     for line in (d/'data.adj').read_text(encoding='latin-1').splitlines():
         if line.startswith(' ') or not line.strip(): continue
-        f = line.partition(' | ')[0].split(); n = int(f[3], 16)
-        lemmas = [re.sub(r'\(.*\)$', '', f[4 + 2*i]).lower() for i in range(n)]; i = 4 + 2*n
+        f = line.partition(' | ')[0].split()
+        n = int(f[3], 16)
+        lemmas = [re.sub(r'\(.*\)$', '', f[4 + 2 * i]).lower() for i in range(n)]
+        i = 4 + 2 * n
         ptrs = [(f[i+1+4*j], f[i+2+4*j]) for j in range(int(f[i]))]
         syn[f[0]] = (f[2], lemmas, f[0] if f[2] == 'a' else next((o for s, o in ptrs if s == '&'), None))
     for line in (d/'index.adj').read_text(encoding='latin-1').splitlines():
         if line.startswith(' ') or not line.strip(): continue
-        f = line.split(); senses[f[0]] = f[4 + int(f[3]) + 2:]
+        f = line.split()
+        senses[f[0]] = f[4 + int(f[3]) + 2 :]
     return syn, senses
 
 # %% ../../nbs/14_evaluation.ipynb #6a897a22
@@ -301,11 +325,13 @@ def judgement_words(max_rank: int = 2, # a judgement sense must be among the wor
                     extra: dict | None = None, # label → curated words (default: JUDGEMENT_EXTRA)
                     dict_dir=None) -> dict:
     "Evaluative adjectives per sentiment label, strongest VADER valence first: `{'terrible': [...], 'great': [...]}`."
-    syn, senses = _adjectives(dict_dir); lexicon = vader_lexicon() if lexicon is None else lexicon
+    syn, senses = _adjectives(dict_dir)
+    lexicon = vader_lexicon() if lexicon is None else lexicon
     extra = JUDGEMENT_EXTRA if extra is None else extra
     side = {o: lab for lab, hs in EVALUATIVE_HEADS.items() for h in hs for o in senses.get(h, [])
             if syn[o][0] == 'a' and h in syn[o][1]}
-    sign = {'great': 1, 'terrible': -1}; out = {'terrible': [], 'great': []}
+    sign = {'great': 1, 'terrible': -1}
+    out = {'terrible': [], 'great': []}
     for w, offs in senses.items():
         labs = [side[syn[o][2]] for o in offs[:max_rank] if syn[o][2] in side]
         if not labs or not re.fullmatch(r'[a-z]+', w): continue
@@ -335,9 +361,9 @@ def check_verbalizer(verbalizer: dict, # label name → words
         for w in words:
             if not is_single_token(tok, w):
                 raise ValueError(f"verbalizer word {w!r} of label {label!r} is not a single token of this tokenizer "
-                                 f"({token_pieces(tok, w)}): NPM and the MLM baseline score one token per word. Drop it, "
-                                 "or build the lists with fuzzy_verbalizer(task, tok) / single_token_words(words, tok), "
-                                 "which keep single-token words only")
+                                 f"({token_pieces(tok, w)}): NPM and the MLM baseline score one token per word. "
+                                 "Drop it, or build the lists with fuzzy_verbalizer(task, tok) / "
+                                 "single_token_words(words, tok), which keep single-token words only")
     return verbalizer
 
 # %% ../../nbs/14_evaluation.ipynb #dc859f71
@@ -372,15 +398,16 @@ def _exclusive(lists: dict) -> dict:
 
 # %% ../../nbs/14_evaluation.ipynb #d76abb29
 def fuzzy_candidates(task,
-                     sentiment: str = 'judgement', # sentiment lists: 'judgement' (judgement_words) or 'vader' (sentiment_words)
+                     sentiment: str = 'judgement', # 'judgement' (judgement_words) or 'vader' (sentiment_words)
                     ) -> dict:
-    "Unfiltered candidate words per label: judgement words for sentiment labels, WordNet for topic labels, else the label word."
+    "Unfiltered candidate words per label: judgement words (sentiment), WordNet (topics), else the label word."
     t = get_task(task) if isinstance(task, str) else task
     names = list(t.label_names)
     if sentiment not in ('judgement', 'vader'): raise ValueError(f"sentiment={sentiment!r}: use 'judgement' or 'vader'")
     if names == ['terrible', 'great']:
         if sentiment == 'judgement':
-            s = judgement_words(); return {lab: [lab] + s[lab] for lab in names}
+            s = judgement_words()
+            return {lab: [lab] + s[lab] for lab in names}
         s = sentiment_words(vader_lexicon(), keep=wordnet_lemmas('adj'))
         return {'terrible': ['terrible'] + s['negative'], 'great': ['great'] + s['positive']}
     if '{text} The text topic is about' in (t.template or ''):
@@ -398,13 +425,14 @@ def fuzzy_verbalizer(task, # a task name or Task
     cands = fuzzy_candidates(task, sentiment)
     lists = _exclusive({k: single_token_words(v, tok) for k, v in cands.items()})
     empty = [k for k, v in lists.items() if not v]
-    if empty: raise ValueError(f"no single-token verbalizer word left for labels {empty}: the tokenizer splits them all")
+    if empty:
+        raise ValueError(f"no single-token verbalizer word left for labels {empty}: the tokenizer splits them all")
     return balance(lists, max_words)
 
 # %% ../../nbs/14_evaluation.ipynb #fab57509
 def task_rows(task, # a task name or Task
               rows=None, # the examples; default: the task's evaluated subsample (`load_task`)
-              n: int | None = None, # a seeded random n of the rows, in their order (not the first n: files can be sorted by label)
+              n: int | None = None, # a seeded random n of the rows, in order (not the first n: files are often sorted)
              ) -> tuple:
     "`(Task, DataFrame of rows)`."
     t = get_task(task) if isinstance(task, str) else task
@@ -427,7 +455,8 @@ def chunks(xs, size: int):
 # %% ../../nbs/14_evaluation.ipynb #5d632b1f
 def closed_table(t, df, probs, what, seconds, **kw) -> tuple:
     "Tidy table and summary for closed-set predictions: `probs` is one row of label probabilities per row of `df`."
-    labels = list(t.label_names); name = lambda i: labels[i] if i >= 0 else 'abstain'
+    labels = list(t.label_names)
+    name = lambda i: labels[i] if i >= 0 else 'abstain'
     probs = np.asarray(probs, float).reshape(len(df), len(labels))
     preds, prior = closed_predictions(probs), closed_predictions(prior_corrected(probs))
     table = pd.DataFrame({'text': df['text'], 'label': df['label'].astype(int), 'pred': preds,
@@ -435,7 +464,8 @@ def closed_table(t, df, probs, what, seconds, **kw) -> tuple:
     for j, lab in enumerate(labels): table[f'p_{lab}'] = probs[:, j]
     table['correct'] = table.label == table.pred
     table['abstain'], table['mass'] = preds < 0, probs.sum(1)
-    table['pred_prior'] = prior; table['correct_prior'] = table.label == table.pred_prior
+    table['pred_prior'] = prior
+    table['correct_prior'] = table.label == table.pred_prior
     maj_label, maj_acc = majority_baseline(table.label)
     n, ab = len(table), table.abstain.to_numpy()
     auc, se = macro_auc(probs, table.label)
@@ -460,7 +490,7 @@ def eval_closed_set(model, # an `NPM` (mode 'npm' or 'single'; an untrained enco
                     index=None, # a `VectorIndex` over ds; None: exact search
                     strict: bool = True, # every verbalizer word must be a single token
                     batch_size: int = 32,
-                    compare: dict | None = None, # name → another verbalizer, scored from the same neighbours (summary['compare'])
+                    compare: dict | None = None, # other verbalizers by name, scored from the same neighbours
                     **kw, # passed on to `closed_set_probs` (e.g. double_temperature=True)
                    ) -> tuple:
     "Accuracy, AUC, prior-corrected accuracy and abstentions of kNN closed-set scoring: `(per-example table, summary)`."
@@ -473,7 +503,8 @@ def eval_closed_set(model, # an `NPM` (mode 'npm' or 'single'; an untrained enco
         if strict: check_verbalizer(v, model.tok)
     verbalizer = {f'{name}\x1f{lab}': ws for name, v in verbs.items() for lab, ws in v.items()}  # one search, all lists
     queries = [make_query(t, r['text'], MASK, r.get('text_b')) for r in df.to_dict('records')]
-    t0 = time.perf_counter(); probs = []
+    t0 = time.perf_counter()
+    probs = []
     with torch.no_grad():
         for _, q in chunks(queries, batch_size):
             probs.append(np.atleast_2d(model.closed_set_probs(q, ds, verbalizer, k=k, temperature=temperature,
@@ -497,14 +528,16 @@ def _window(ids: list, pos: int, max_len: int) -> list:
     return ids[:1] + ids[a:a + inner] + ids[-1:]
 
 # %% ../../nbs/14_evaluation.ipynb #eae19a17
-def _mlm_batch(mlm, tok, texts, max_len, device):
+def _mlm_batch(tok, texts, max_len, device):
     "Padded input ids (mask kept in the window) and attention mask for texts holding the tokenizer's mask token."
     enc = [tok(t, verbose=False).input_ids for t in texts]
     enc = [_window(ids, ids.index(tok.mask_token_id), max_len) for ids in enc]
     L = max(map(len, enc))
     ids = torch.full((len(enc), L), tok.pad_token_id, dtype=torch.long)
     att = torch.zeros((len(enc), L), dtype=torch.long)
-    for i, e in enumerate(enc): ids[i, :len(e)] = torch.tensor(e); att[i, :len(e)] = 1
+    for i, e in enumerate(enc):
+        ids[i, : len(e)] = torch.tensor(e)
+        att[i, : len(e)] = 1
     return ids.to(device), att.to(device)
 
 # %% ../../nbs/14_evaluation.ipynb #5de16589
@@ -537,10 +570,11 @@ def eval_closed_set_mlm(mlm, # a `*ForMaskedLM`
     word_ids = [torch.tensor([word_id(tok, w) for w in ws]) for ws in verb.values()]
     queries = [make_query(t, r['text'], tok.mask_token, r.get('text_b')) for r in df.to_dict('records')]
     device = next(mlm.parameters()).device
-    t0 = time.perf_counter(); probs = []
+    t0 = time.perf_counter()
+    probs = []
     with torch.no_grad():
         for _, q in chunks(queries, batch_size):
-            ids, att = _mlm_batch(mlm, tok, q, max_len, device)
+            ids, att = _mlm_batch(tok, q, max_len, device)
             logits = _mask_logits(mlm, ids, att, ids == tok.mask_token_id)  # [B, V]: the LM head on the mask rows only
             p = logits.float().softmax(-1).cpu()
             probs.append(torch.stack([p[:, w].sum(1) for w in word_ids], 1).numpy())
@@ -572,8 +606,10 @@ def answer_in_blocks(golds, # gold aliases
 def dense_blocks(ds, rows, scores, # one query's neighbours (start and end together): datastore rows and similarities
                  k: int = 3) -> np.ndarray:
     "The first `k` distinct blocks of the neighbours, each block ranked by its best neighbour."
-    tt = token_table(ds); rows, scores = np.asarray(rows), np.asarray(scores)
-    ok = rows >= 0; rows, scores = rows[ok], scores[ok]
+    tt = token_table(ds)
+    rows, scores = np.asarray(rows), np.asarray(scores)
+    ok = rows >= 0
+    rows, scores = rows[ok], scores[ok]
     blocks = tt.block[tt.token[rows[np.argsort(-scores, kind='stable')]]]
     _, first = np.unique(blocks, return_index=True)
     return blocks[np.sort(first)][:k]
@@ -581,12 +617,14 @@ def dense_blocks(ds, rows, scores, # one query's neighbours (start and end toget
 # %% ../../nbs/14_evaluation.ipynb #40e8b80e
 def _retrieval_summary(table, groups) -> dict:
     "recall, EM given retrieval / no retrieval (micro, %) and per-group recall."
-    r = table.retrieved.to_numpy(bool); h = table.hit.to_numpy(bool)
+    r = table.retrieved.to_numpy(bool)
+    h = table.hit.to_numpy(bool)
     pct = lambda x: float(100 * x.mean()) if len(x) else float('nan')
     s = dict(recall=pct(r), em_given_retrieval=pct(h[r]), em_given_no_retrieval=pct(h[~r]), n_retrieved=int(r.sum()))
     if groups is not None:
         g = pd.DataFrame({'g': list(groups), 'r': r}).groupby('g', sort=True).r.mean()
-        s['recall_by_group'] = {k: float(100 * v) for k, v in g.items()}; s['macro_recall'] = float(100 * g.mean())
+        s['recall_by_group'] = {k: float(100 * v) for k, v in g.items()}
+        s['macro_recall'] = float(100 * g.mean())
     return s
 
 # %% ../../nbs/14_evaluation.ipynb #43a827d8
@@ -623,10 +661,12 @@ def _dense_answers(model, ds, texts, # an `NPM`, its datastore and one batch of 
     if model.mode == 'single':
         sc, rw = neighbours(ds, q, k, index, device=model.device)
         for j in range(len(texts)):
-            out.append([(w, p, None) for w, p in token_distribution(ds, rw[j], sc[j], temperature, model.fold_case)[:topn]])
+            out.append([(w, p, None)
+                        for w, p in token_distribution(ds, rw[j], sc[j], temperature, model.fold_case)[:topn]])
             blocks.append(dense_blocks(ds, rw[j], sc[j], restrict_k))
         return out, blocks
-    sc, rw = neighbours(ds, np.concatenate(q), k, index, device=model.device); m = len(texts)
+    sc, rw = neighbours(ds, np.concatenate(q), k, index, device=model.device)
+    m = len(texts)
     for j in range(m):
         r = predict_phrases(ds, q[0][j], q[1][j], rw[j], sc[j], rw[m + j], sc[m + j], topn=topn, l_max=l_max,
                             temperature=temperature, alpha=alpha, fold_case=model.fold_case, device=model.device)
@@ -711,7 +751,7 @@ def greedy_fill(mlm, tok, # a masked LM and its tokenizer
                 max_len: int = 256) -> list:
     "Fill the masks greedily, most confident position first (one forward pass per mask); the filled strings."
     device = next(mlm.parameters()).device
-    ids, att = _mlm_batch(mlm, tok, texts, max_len, device)
+    ids, att = _mlm_batch(tok, texts, max_len, device)
     first = (ids == tok.mask_token_id).float().argmax(1)          # where each row's masks begin
     special = torch.tensor(tok.all_special_ids, device=device)
     rows = torch.arange(len(texts), device=device)
@@ -722,7 +762,8 @@ def greedy_fill(mlm, tok, # a masked LM and its tokenizer
         conf, best = logits.softmax(-1).max(-1)                     # [B, L]
         pos = conf.masked_fill(~masked, -1.0).argmax(1)             # the most confident open mask of each row
         ids[rows, pos] = torch.where(masked[rows, pos], best[rows, pos], ids[rows, pos])
-    return [tok.decode(ids[i, f:f + n_masks].tolist(), skip_special_tokens=True).strip() for i, f in enumerate(first.tolist())]
+    return [tok.decode(ids[i, f:f + n_masks].tolist(), skip_special_tokens=True).strip()
+            for i, f in enumerate(first.tolist())]
 
 # %% ../../nbs/14_evaluation.ipynb #2e87a0ea
 def eval_open_set_mlm(mlm, # a `*ForMaskedLM`
@@ -767,7 +808,9 @@ def bm25_answer(query: str, # the masked query
         for r, text in enumerate(blocks):
             for m in pattern.finditer(text):
                 p = m.group(0)
-                if fresh(p): score[p] += 1 / (r + 1); first.setdefault(p, (r, m.start()))
+                if fresh(p):
+                    score[p] += 1 / (r + 1)
+                    first.setdefault(p, (r, m.start()))
         if score: return max(score, key=lambda p: (score[p], tuple(-x for x in first[p])))
     return ''
 
@@ -786,8 +829,10 @@ def eval_bm25_only(task, # an open-set task name or Task
     preds, tops, blocks = [], [], []
     t0 = time.perf_counter()
     for q, f in zip(df['query'], questions):
-        hits = bm25.retrieve(bm25_query(q, f), restrict_k); blocks.append(hits)
-        preds.append(bm25_answer(q, [texts[b] for b in hits])); tops.append(int(hits[0]) if len(hits) else -1)
+        hits = bm25.retrieve(bm25_query(q, f), restrict_k)
+        blocks.append(hits)
+        preds.append(bm25_answer(q, [texts[b] for b in hits]))
+        tops.append(int(hits[0]) if len(hits) else -1)
     seconds, nb_ = time.perf_counter() - t0, normalized_blocks(ds)
     return open_table(t, df, answers, [[p] for p in preds], 'BM25 only', seconds, by,
                        {'block': tops, 'retrieved': [answer_in_blocks(g, b, nb_) for g, b in zip(df[answers], blocks)],
@@ -795,8 +840,9 @@ def eval_bm25_only(task, # an open-set task name or Task
                        restrict_k=restrict_k, retrieval=f'bm25 top-{restrict_k} blocks')
 
 # %% ../../nbs/14_evaluation.ipynb #c549ca10
-_TRANSLATION_QUERY = re.compile('^' + re.escape(TRANSLATION_TEMPLATE).replace(re.escape('{language}'), '(?P<language>.+)')
-                                .replace(re.escape('{s}'), '(?P<subject>.+)') + '$')  # the task's own template
+_TRANSLATION_QUERY = re.compile('^' + re.escape(TRANSLATION_TEMPLATE)  # the task's own template
+                                .replace(re.escape('{language}'), '(?P<language>.+)')
+                                .replace(re.escape('{s}'), '(?P<subject>.+)') + '$')
 
 def document_names(text: str, # a document of the translation corpus: "<title> (<Language>: <name>; ...) is ..."
                    title: str, # its title (the English name it starts with)
@@ -812,6 +858,29 @@ def document_names(text: str, # a document of the translation corpus: "<title> (
     return out
 
 # %% ../../nbs/14_evaluation.ipynb #6184cf6c
+def _name_choice(ds, tt, doc_of, stored, # the store, its token table, title -> document, rows with a vector
+                 q, q_start, q_end, # one query and its two vectors [h]
+                ) -> dict:
+    "One query's record: the names in its subject's document, the asked name's rank, the name scored first."
+    m, rec = _TRANSLATION_QUERY.match(q), dict(n_names=0, rank=np.nan, picked='', top1=False, scored=False)
+    d = doc_of.get(m['subject']) if m else None
+    if d is not None:
+        toks = np.flatnonzero((tt.doc == d) & stored)
+        spans = []
+        for lang, a, b in document_names(ds.texts[d], ds.titles[d]):
+            inside = toks[(tt.char_start[toks] >= a) & (tt.char_end[toks] <= b)]
+            if len(inside): spans.append((lang, tt.row[inside[0]], tt.row[inside[-1]]))
+        gold = [j for j, s in enumerate(spans) if s[0] == m['language']]
+        if gold:
+            rows_ = np.array([[s[1] for s in spans], [s[2] for s in spans]])
+            sc = (similarity(q_start, ds.vectors[rows_[0]])[0] + similarity(q_end, ds.vectors[rows_[1]])[0])
+            g = sc[gold[0]]
+            best = int(np.argmax(sc))
+            rec = dict(n_names=len(spans), rank=1 + int((sc > g).sum()), picked=spans[best][0],
+                       top1=bool((sc <= g).all()), scored=True)
+    return rec
+
+# %% ../../nbs/14_evaluation.ipynb #77fda29c
 def translation_name_choice(model, # an `NPM` (mode 'npm')
                             ds, # its datastore of the translation corpus (`reference_corpus(['translation'])`)
                             task='translation', rows=None, n: int | None = None,
@@ -824,30 +893,13 @@ def translation_name_choice(model, # an `NPM` (mode 'npm')
     tt, doc_of = token_table(ds), {}
     for i, title in enumerate(ds.titles): doc_of.setdefault(title, i)
     stored = tt.row >= 0
-    recs = []
-    for i, q in enumerate(df['query']):
-        m, rec = _TRANSLATION_QUERY.match(q), dict(n_names=0, rank=np.nan, picked='', top1=False, scored=False)
-        d = doc_of.get(m['subject']) if m else None
-        if d is not None:
-            toks = np.flatnonzero((tt.doc == d) & stored)
-            spans = []
-            for lang, a, b in document_names(ds.texts[d], ds.titles[d]):
-                inside = toks[(tt.char_start[toks] >= a) & (tt.char_end[toks] <= b)]
-                if len(inside): spans.append((lang, tt.row[inside[0]], tt.row[inside[-1]]))
-            gold = [j for j, s in enumerate(spans) if s[0] == m['language']]
-            if gold:
-                rows_ = np.array([[s[1] for s in spans], [s[2] for s in spans]])
-                sc = (similarity(qs[i], ds.vectors[rows_[0]])[0] + similarity(qe[i], ds.vectors[rows_[1]])[0])
-                g = sc[gold[0]]; best = int(np.argmax(sc))
-                rec = dict(n_names=len(spans), rank=1 + int((sc > g).sum()), picked=spans[best][0],
-                           top1=bool((sc <= g).all()), scored=True)
-        recs.append(rec)
+    recs = [_name_choice(ds, tt, doc_of, stored, q, qs[i], qe[i]) for i, q in enumerate(df['query'])]
     table = pd.concat([df[[c for c in ('query', 'lang', 'subject') if c in df.columns]], pd.DataFrame(recs)], axis=1)
     ok = table[table.scored]
     if not len(ok):
         raise ValueError(f"none of the {len(df)} queries could be scored: each needs the template "
-                         f"'The <Language> translation of <subject> is: [MASK].' and the subject's rendered document in "
-                         "`ds` (build it from reference_corpus(['translation']))")
+                         f"'The <Language> translation of <subject> is: [MASK].' and the subject's rendered "
+                         "document in `ds` (build it from reference_corpus(['translation']))")
     hit = ok.top1.astype(float)
     picked = ok.picked.value_counts()
     r = lambda x, d=2: round(float(x), d)
@@ -862,7 +914,7 @@ def translation_name_choice(model, # an `NPM` (mode 'npm')
 def plot_group_em(summaries: list, # open-set summaries with `per_group` (from `eval_open_set`, `open_table`, ...)
                   ax=None, # a matplotlib axis (default: a new figure)
                  ):
-    "Grouped bars of each summary's exact match per group (bucket, lang, changed), one colour per model; returns the axis."
+    "Bars of each summary's exact match per group (bucket, lang, changed), one colour per model; returns the axis."
     import matplotlib.pyplot as plt
     if ax is None: _, ax = plt.subplots(figsize=(6, 3))
     groups = sorted({g['group'] for s in summaries for g in s['per_group']})
@@ -870,12 +922,16 @@ def plot_group_em(summaries: list, # open-set summaries with `per_group` (from `
     w = 0.8 / len(summaries)
     for j, s in enumerate(summaries):
         em = {g['group']: g['em'] for g in s['per_group']}
-        bars = ax.bar(np.arange(len(groups)) + (j - (len(summaries) - 1) / 2) * w, [em.get(g, np.nan) for g in groups], w,
-                      label=f"{s['model']} (macro {s['macro_em']:.0f})")
+        bars = ax.bar(np.arange(len(groups)) + (j - (len(summaries) - 1) / 2) * w, [em.get(g, np.nan) for g in groups],
+                      w, label=f"{s['model']} (macro {s['macro_em']:.0f})")
         ax.bar_label(bars, fmt='%.0f', fontsize=7)   # a 0 shows as a number, not as nothing
     ax.set_xticks(range(len(groups)), [f'{g}\n(n={size[g]})' for g in groups])
-    ax.set_xlabel(summaries[0].get('by') or 'group'); ax.set_ylabel('exact match (%)'); ax.set_yticks(range(0, 101, 20)); ax.set_ylim(0, 140)
-    ax.set_title(f"EM by {summaries[0].get('by') or 'group'}: {summaries[0]['task']}"); ax.legend(fontsize=7, ncol=2, loc='upper center')
+    ax.set_xlabel(summaries[0].get('by') or 'group')
+    ax.set_ylabel('exact match (%)')
+    ax.set_yticks(range(0, 101, 20))
+    ax.set_ylim(0, 140)
+    ax.set_title(f"EM by {summaries[0].get('by') or 'group'}: {summaries[0]['task']}")
+    ax.legend(fontsize=7, ncol=2, loc='upper center')
     return ax
 
 # %% ../../nbs/14_evaluation.ipynb #374beeab
@@ -897,6 +953,9 @@ def plot_confusion(table: pd.DataFrame, # a closed-set table
     ax.imshow(c.to_numpy(), cmap='Blues', vmin=0)
     for (i, j), v in np.ndenumerate(c.to_numpy()):
         ax.text(j, i, str(v), ha='center', va='center', color='white' if v > c.to_numpy().max() / 2 else 'black')
-    ax.set_xticks(range(c.shape[1]), c.columns); ax.set_yticks(range(c.shape[0]), c.index)
-    ax.set_xlabel('prediction'); ax.set_ylabel('gold label'); ax.set_title(title or 'Confusion')
+    ax.set_xticks(range(c.shape[1]), c.columns)
+    ax.set_yticks(range(c.shape[0]), c.index)
+    ax.set_xlabel('prediction')
+    ax.set_ylabel('gold label')
+    ax.set_title(title or 'Confusion')
     return ax
