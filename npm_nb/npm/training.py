@@ -15,10 +15,11 @@ from tqdm.auto import tqdm
 from fastcore.basics import patch
 from transformers import (AutoModel, AutoModelForMaskedLM, get_linear_schedule_with_warmup,
                           get_constant_schedule_with_warmup)
-from ..core import (data_dir, atomic_write_json, read_json, load_state, hold_lock, LockedError, pid_alive, rng_state,
-                         set_rng_state, append_jsonl, truncate_metrics, check_setting, disk_errors)
+from ..core import (data_dir, atomic_write_json, read_json, load_state, hold_lock, LockedError, pid_alive,
+                         rng_state, set_rng_state, append_jsonl, truncate_metrics, check_setting, disk_errors)
 from ..models import (offline_mode, resolve_model, load_tokenizer, check_tokenizer, encoder_fingerprint,
-                           default_device, write_model_checksums, verify_model_folder, check_finite, check_max_len, CHECKSUMS)
+                           default_device, write_model_checksums, verify_model_folder, check_finite, check_max_len,
+                           CHECKSUMS)
 from ..data.blocks import build_blocks, make_batches, split_batches
 from .masking import span_mask, collate_npm, single_mask, collate_single, mlm_mask
 from .losses import start_end_loss, single_loss, span_positives, candidate_mask
@@ -27,18 +28,19 @@ from .losses import start_end_loss, single_loss, span_positives, candidate_mask
 __all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'training_blocks', 'BatchStream', 'mask_seed',
            'training_batches', 'NeighbourBlocks', 'prepare_batch', 'unmasked_inputs', 'StreamItems', 'batch_loader',
            'TwoViews', 'join_rows', 'gather_candidates', 'mlm_head', 'MaskedLM', 'batch_loss', 'positives_per_span',
-           'make_optimizer', 'cpu_bf16_native', 'amp_setup', 'save_checkpoint', 'clean_stale_checkpoints',
-           'list_checkpoints', 'prune_checkpoints', 'drop_final', 'is_published', 'link_final', 'DamagedCheckpoint',
+           'make_optimizer', 'cpu_bf16_native', 'amp_setup', 'clean_stale_checkpoints', 'list_checkpoints',
+           'save_checkpoint', 'prune_checkpoints', 'drop_final', 'is_published', 'link_final', 'DamagedCheckpoint',
            'check_resume', 'resume_point', 'init_model', 'TrainingDeadline', 'run_checkpoints', 'restore_or_seed',
-           'CheckpointManager', 'start_state', 'optimizer_state', 'TrainBatches', 'train_step', 'train',
+           'CheckpointManager', 'start_state', 'optimizer_state', 'TrainBatches', 'train_step', 'train_parts', 'train',
            'retrieval_eval', 'mlm_eval', 'fill_mask', 'config_from_args', 'main']
 
-# %% ../../nbs/09_training.ipynb #bf11367d
+# %% ../../nbs/09_training.ipynb #fa6dffeb
 PAPER_CONFIG = dict(lr=3e-5, weight_decay=0.01, warmup=4000, steps=100_000, clip=2.0, batch_size=512, max_len=256,
                     betas=(0.9, 0.999), eps=1e-8, dropout=0.1, amp='fp16')  # §4, App. A.2, docs/reference.md §3
 
 OBJECTIVES = ('npm', 'single', 'mlm')
 
+# %% ../../nbs/09_training.ipynb #460911aa
 @dataclass
 class TrainConfig:
     "Everything a training run depends on (see `PAPER_CONFIG` for the paper's values)."
@@ -51,7 +53,7 @@ class TrainConfig:
     lr: float = 3e-4  # peak learning rate (paper: 3e-5 for RoBERTa-large at 100k steps)
     weight_decay: float = 0.01
     warmup: int = 30  # linear warm-up steps, then `schedule` (paper: 4000)
-    schedule: str = 'linear'  # after warm-up: 'linear' decay to 0 at the last step (the paper's) or 'constant' (an ablation: run Bconst)
+    schedule: str = 'linear'  # after warm-up: 'linear' decay to 0 at the end (the paper's) or 'constant' (run Bconst)
     steps: int = 300  # optimizer steps
     clip: float = 2.0  # gradient-norm clip
     mask_ratio: float = 0.15
@@ -67,31 +69,41 @@ class TrainConfig:
     keep_last: int = 2  # checkpoints kept (the final one always)
     amp: str = 'auto'  # 'auto' (bf16 or fp16 on CUDA, fp32 on CPU), 'bf16' (CUDA or CPU), 'fp16' (CUDA), 'none'
     max_blocks: int | None = None  # cap on blocks per corpus (None or 0: all)
-    batching: str = 'consecutive'  # 'consecutive' blocks of one source (the paper's document grouping) or 'random' blocks of one source
-    candidate_grad: bool = True  # NPM / NPM-single: backpropagate through the candidate (unmasked) pass, as the paper does
-    extra_blocks: int = 0  # NPM: neighbouring training blocks added to each batch's candidates, encoded without gradient (not the paper's)
+    batching: str = 'consecutive'  # 'consecutive' blocks of one source (the paper's) or 'random' blocks of one source
+    candidate_grad: bool = (
+        True  # NPM / NPM-single: backpropagate through the candidate (unmasked) pass, as the paper does
+    )
+    extra_blocks: int = 0  # NPM: neighbouring blocks added to a batch's candidates, no gradient (not the paper's)
     device: str | None = None  # default: cuda if available
     workers: int = -1  # processes that mask batches ahead of the loop (-1: auto = up to 8 on CUDA, 0 on CPU)
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES: raise ValueError(f"objective={self.objective!r}: use one of {OBJECTIVES}")
-        if self.amp not in ('auto', 'bf16', 'fp16', 'none'): raise ValueError(f"amp={self.amp!r}: use auto, bf16, fp16 or none")
-        if self.schedule not in ('linear', 'constant'): raise ValueError(f"schedule={self.schedule!r}: use linear or constant")
-        if self.batching not in ('consecutive', 'random'): raise ValueError(f"batching={self.batching!r}: use consecutive or random")
+        if self.amp not in ('auto', 'bf16', 'fp16', 'none'):
+            raise ValueError(f"amp={self.amp!r}: use auto, bf16, fp16 or none")
+        if self.schedule not in ('linear', 'constant'):
+            raise ValueError(f"schedule={self.schedule!r}: use linear or constant")
+        if self.batching not in ('consecutive', 'random'):
+            raise ValueError(f"batching={self.batching!r}: use consecutive or random")
         if self.grad_accum < 1 or self.steps < 1: raise ValueError("grad_accum and steps must be >= 1")
         if isinstance(self.extra_blocks, bool) or not isinstance(self.extra_blocks, int) or self.extra_blocks < 0:
-            raise ValueError(f"extra_blocks={self.extra_blocks!r}: use a whole number >= 0 (0: the batch's own blocks only)")
+            raise ValueError(
+                f"extra_blocks={self.extra_blocks!r}: use a whole number >= 0 (0: the batch's own blocks only)"
+            )
         if self.extra_blocks and self.objective != 'npm':
-            raise ValueError(f"extra_blocks={self.extra_blocks} is for objective='npm' (got {self.objective!r}): use extra_blocks=0")
+            raise ValueError(
+                f"extra_blocks={self.extra_blocks} is for objective='npm' (got {self.objective!r}): use extra_blocks=0"
+            )
         check_setting('max_len', self.max_len)  # the encoder's positions are checked when it is loaded
         self.corpora = tuple([self.corpora] if isinstance(self.corpora, str) else self.corpora)
 
+# %% ../../nbs/09_training.ipynb #48ffb388
 def checkpoint_dir(profile: str, # e.g. 'smoke', 'cpu', 'gpu'
                    objective: str = 'npm') -> Path:
     "Where a profile's checkpoints live: `data/cache/checkpoints/<profile>/<objective>` (its `final/` is the model)."
     return data_dir('cache', 'checkpoints', profile, objective)
 
-# %% ../../nbs/09_training.ipynb #783d18e3
+# %% ../../nbs/09_training.ipynb #ef0941f6
 def _capped_blocks(docs, tok, max_len, source, cap):
     if not cap: return build_blocks(docs, tok, max_len=max_len, source=source, progress=False)  # None or 0: all
     n = min(len(docs), max(1, cap))
@@ -100,6 +112,7 @@ def _capped_blocks(docs, tok, max_len, source, cap):
         if len(b) >= cap or n >= len(docs): return b.select(range(min(cap, len(b))))
         n = min(len(docs), 2 * n)
 
+# %% ../../nbs/09_training.ipynb #d16059c7
 def _blocks_key(cfg: TrainConfig, tok) -> str:
     "A short hash of what the training blocks depend on: each corpus's build, `max_len`, the cap and the tokenizer."
     import hashlib
@@ -107,52 +120,70 @@ def _blocks_key(cfg: TrainConfig, tok) -> str:
     h = hashlib.sha256(json.dumps([list(cfg.corpora), cfg.max_len, cfg.max_blocks or 0]).encode())
     for name in cfg.corpora:
         for f in ('build.json', 'state.json'):
-            p = corpus_dir(name)/f; h.update(p.read_bytes() if p.exists() else b'-')
+            p = corpus_dir(name) / f
+            h.update(p.read_bytes() if p.exists() else b'-')
     h.update(tok.backend_tokenizer.to_str().encode())
     return h.hexdigest()[:16]
 
+# %% ../../nbs/09_training.ipynb #1884dee8
 @contextlib.contextmanager
 def _tokenizer_threads():
-    "Let the fast tokenizer use every core for a while (chapter 02 turns `TOKENIZERS_PARALLELISM` off for forked workers)."
-    old = os.environ.get('TOKENIZERS_PARALLELISM'); os.environ['TOKENIZERS_PARALLELISM'] = 'true'
+    "Let the fast tokenizer use every core for a while (chapter 02 turns `TOKENIZERS_PARALLELISM` off for workers)."
+    old = os.environ.get('TOKENIZERS_PARALLELISM')
+    os.environ['TOKENIZERS_PARALLELISM'] = 'true'
     try: yield
     finally:
         if old is None: os.environ.pop('TOKENIZERS_PARALLELISM', None)
         else: os.environ['TOKENIZERS_PARALLELISM'] = old
 
-def training_blocks(cfg: TrainConfig, tok,
-                    cache: bool = True, # keep the blocks in `data/cache/blocks/<key>/` and load them from there next time
-                   ) -> 'datasets.Dataset':
+# %% ../../nbs/09_training.ipynb #96c06a07
+def training_blocks(
+    cfg: TrainConfig,
+    tok,
+    cache: bool = True,  # keep the blocks in `data/cache/blocks/<key>/` and load them from there next time
+) -> 'datasets.Dataset':
     "The blocks of `cfg.corpora` (each corpus its own source), capped at `cfg.max_blocks` per corpus."
     from datasets import concatenate_datasets, load_from_disk
     from npm_nb.data.corpora import load_corpus
+
     def build():
         with _tokenizer_threads():
-            return concatenate_datasets([_capped_blocks(load_corpus(n), tok, cfg.max_len, n, cfg.max_blocks) for n in cfg.corpora])
-    if not cache: return build()
+            return concatenate_datasets(
+                [_capped_blocks(load_corpus(n), tok, cfg.max_len, n, cfg.max_blocks) for n in cfg.corpora]
+            )
+
+    if not cache:
+        return build()
     path = data_dir('cache', 'blocks', _blocks_key(cfg, tok))
     on = dist.is_available() and dist.is_initialized()
-    if (not on or dist.get_rank() == 0) and not (path/'state.json').exists():  # under torchrun rank 0 builds, the others wait
-        tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp'); shutil.rmtree(tmp, ignore_errors=True)
+    # under torchrun rank 0 builds, the others wait
+    if (not on or dist.get_rank() == 0) and not (path / 'state.json').exists():
+        tmp = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+        shutil.rmtree(tmp, ignore_errors=True)
         build().save_to_disk(str(tmp))
-        try: os.replace(tmp, path)
-        except OSError: shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same blocks first
-    if on: dist.barrier()
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another process finished the same blocks first
+    if on:
+        dist.barrier()
     return load_from_disk(str(path))
 
-# %% ../../nbs/09_training.ipynb #f758adf8
+# %% ../../nbs/09_training.ipynb #e704683e
 class BatchStream:
     "Batch *k* of an endless, per-epoch shuffled stream over `batches` (a pure function of `k`)."
     def __init__(self, batches: list, seed: int = 0):
         if not batches: raise ValueError("no training batches: the corpora gave fewer than two blocks per source")
         self.batches, self.seed, self._order = batches, seed, {}
     def order(self, epoch: int) -> np.ndarray:
-        if epoch not in self._order: self._order = {epoch: np.random.default_rng([self.seed, epoch]).permutation(len(self.batches))}
+        if epoch not in self._order:
+            self._order = {epoch: np.random.default_rng([self.seed, epoch]).permutation(len(self.batches))}
         return self._order[epoch]
     def __getitem__(self, k: int) -> list[int]:
         e, i = divmod(k, len(self.batches))
         return self.batches[self.order(e)[i]]
 
+# %% ../../nbs/09_training.ipynb #d6f0457c
 def mask_seed(seed: int, k: int) -> int:
     "The masking seed of stream item `k`."
     return int(np.random.default_rng([seed, k]).integers(2**31))
@@ -167,7 +198,11 @@ def training_batches(blocks, # the blocks (with a `source` column)
     idx = np.array(sorted(i for b in train_b for i in b), dtype=np.int64)
     for s in dict.fromkeys(src[idx].tolist()):
         pool = rng.permutation(idx[src[idx] == s]).tolist()
-        out += [pool[k:k + cfg.batch_size] for k in range(0, len(pool), cfg.batch_size) if len(pool[k:k + cfg.batch_size]) >= 2]
+        out += [
+            pool[k : k + cfg.batch_size]
+            for k in range(0, len(pool), cfg.batch_size)
+            if len(pool[k : k + cfg.batch_size]) >= 2
+        ]
     return out, held_b
 
 # %% ../../nbs/09_training.ipynb #xtrafn01
@@ -177,36 +212,46 @@ class NeighbourBlocks:
                  heldout: list, # held-out batches: their blocks are never borrowed
                  n: int): # extra blocks per batch
         self.src, self.n = np.asarray(blocks['source']), n
-        held = np.zeros(len(self.src), bool); held[[i for b in heldout for i in b]] = True
+        held = np.zeros(len(self.src), bool)
+        held[[i for b in heldout for i in b]] = True
         self.pool = {s: np.flatnonzero((self.src == s) & ~held) for s in dict.fromkeys(self.src.tolist())}
     def __call__(self, batch: list[int]) -> list[int]:
         p = self.pool[self.src[batch[0]]]
         return np.concatenate([p[p > max(batch)], p[p < min(batch)][::-1]])[:self.n].tolist()
 
 # %% ../../nbs/09_training.ipynb #d5c20639
-def prepare_batch(rows: list, # block rows of one batch
-                  tok, cfg: TrainConfig,
-                  seed: int, # masking seed (see `mask_seed`)
-                  extra_rows: list | None = None, # NPM: extra candidate blocks (searched for co-occurrence, never masked)
-                 ) -> dict | None:
+def prepare_batch(
+    rows: list,  # block rows of one batch
+    tok,
+    cfg: TrainConfig,
+    seed: int,  # masking seed (see `mask_seed`)
+    extra_rows: list | None = None,  # NPM: extra candidate blocks (searched for co-occurrence, never masked)
+) -> dict | None:
     "Masked model inputs of one batch for `cfg.objective`, or `None` when the batch has nothing to mask."
     if cfg.objective == 'npm':
         spans = span_mask(rows, tok, mask_ratio=cfg.mask_ratio, p=cfg.span_p, max_span_len=cfg.max_span_len,
                           max_repeat=cfg.max_repeat, seed=seed, context=extra_rows or None)
-        if spans is None: return None
+        if spans is None:
+            return None
         b = collate_npm(rows, spans, tok)
-        if len(b['span_seq']) == 0: return None
+        if len(b['span_seq']) == 0:
+            return None
         b['n_masked'] = int(b['span_len'].sum())
-        if extra_rows: b.update({f'extra_{k}': v for k, v in unmasked_inputs(extra_rows, tok).items()})
-    elif extra_rows: raise ValueError("extra candidate blocks are for objective='npm'")
+        if extra_rows:
+            b.update({f'extra_{k}': v for k, v in unmasked_inputs(extra_rows, tok).items()})
+    elif extra_rows:
+        raise ValueError("extra candidate blocks are for objective='npm'")
     elif cfg.objective == 'single':
         pos = single_mask(rows, tok, mask_ratio=cfg.mask_ratio, seed=seed)
-        if not pos: return None
-        b = collate_single(rows, pos, tok); b['n_masked'] = len(pos)
+        if not pos:
+            return None
+        b = collate_single(rows, pos, tok)
+        b['n_masked'] = len(pos)
     else:
         b = {k: torch.as_tensor(v) for k, v in mlm_mask(rows, tok, mask_ratio=cfg.mask_ratio, seed=seed).items()}
         b['n_masked'] = int((b['labels'] != -100).sum())
-        if b['n_masked'] == 0: return None
+        if b['n_masked'] == 0:
+            return None
     b['n_tokens'] = int(b['attention_mask'].sum())
     return b
 
@@ -214,35 +259,44 @@ def prepare_batch(rows: list, # block rows of one batch
 def unmasked_inputs(rows: list, tok) -> dict:
     "Right-padded `input_ids` and `attention_mask` of block rows (no masking)."
     L = max(len(r['input_ids']) for r in rows)
-    ids = torch.full((len(rows), L), tok.pad_token_id, dtype=torch.long); am = torch.zeros_like(ids)
-    for i, r in enumerate(rows): ids[i, :len(r['input_ids'])] = torch.tensor(r['input_ids']); am[i, :len(r['input_ids'])] = 1
+    ids = torch.full((len(rows), L), tok.pad_token_id, dtype=torch.long)
+    am = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : len(r['input_ids'])] = torch.tensor(r['input_ids'])
+        am[i, : len(r['input_ids'])] = 1
     return {'input_ids': ids, 'attention_mask': am}
 
-# %% ../../nbs/09_training.ipynb #d11ld001
+# %% ../../nbs/09_training.ipynb #6b02c4bb
 class StreamItems(torch.utils.data.Dataset):
-    "Stream item `cursor·world + rank`, masked: `(cursor, batch or None, unmasked inputs or None)` (picklable for workers)."
+    "Stream item `cursor·world + rank`, masked: `(cursor, batch or None, unmasked inputs or None)` (picklable)."
     def __init__(self, blocks, stream: BatchStream, tok, cfg: TrainConfig, rank: int = 0, world: int = 1,
                  lend: NeighbourBlocks | None = None): # the extra candidate blocks of a batch (`cfg.extra_blocks`)
-        self.blocks, self.stream, self.tok, self.cfg, self.rank, self.world, self.lend = blocks, stream, tok, cfg, rank, world, lend
+        self.blocks, self.stream, self.tok, self.cfg = blocks, stream, tok, cfg
+        self.rank, self.world, self.lend = rank, world, lend
     def __len__(self): return 2**62  # endless: the sampler gives the cursor values
     def __getitem__(self, c: int):
         k = c * self.world + self.rank
-        idx = self.stream[k]; rows = [self.blocks[i] for i in idx]
+        idx = self.stream[k]
+        rows = [self.blocks[i] for i in idx]
         extra = [self.blocks[i] for i in self.lend(idx)] if self.lend is not None else None
         b = prepare_batch(rows, self.tok, self.cfg, mask_seed(self.cfg.seed, k), extra)
         if b is not None or self.world == 1: return c, b, None
-        fb = unmasked_inputs(rows, self.tok)  # under DDP a rank with nothing to mask still encodes its candidates for the others
+        # under DDP a rank with nothing to mask still encodes its candidates for the others
+        fb = unmasked_inputs(rows, self.tok)
         if extra: fb.update({f'extra_{k_}': v for k_, v in unmasked_inputs(extra, self.tok).items()})
         return c, b, fb
 
+# %% ../../nbs/09_training.ipynb #9cb10cd0
 class _From(torch.utils.data.Sampler):
     def __init__(self, start: int): self.start = start
     def __iter__(self):
         import itertools
         return itertools.count(self.start)
 
+# %% ../../nbs/09_training.ipynb #835fc618
 def _as_is(x): return x
 
+# %% ../../nbs/09_training.ipynb #2026e824
 def batch_loader(items: StreamItems, start: int, # the first cursor value
                  workers: int = 0, # processes preparing items ahead (0: prepare in the loop)
                  pin_memory: bool = False, # page-locked batches, for `non_blocking` copies to the GPU
@@ -252,17 +306,18 @@ def batch_loader(items: StreamItems, start: int, # the first cursor value
     if workers <= 0:
         import itertools
         return (items[c] for c in itertools.count(start))
-    dl = torch.utils.data.DataLoader(items, sampler=_From(start), batch_size=None, collate_fn=_as_is, num_workers=workers,
-                                     pin_memory=pin_memory, prefetch_factor=prefetch,
-                                     generator=torch.Generator().manual_seed(0))  # its worker seeds: not from the global RNG (dropout's)
+    gen = torch.Generator().manual_seed(0)  # the workers' seeds: not from the global RNG (dropout's)
+    dl = torch.utils.data.DataLoader(items, sampler=_From(start), batch_size=None, collate_fn=_as_is, generator=gen,
+                                     num_workers=workers, pin_memory=pin_memory, prefetch_factor=prefetch)
     return iter(dl)
 
-# %% ../../nbs/09_training.ipynb #04922c5f
+# %% ../../nbs/09_training.ipynb #2b9a19c0
 class TwoViews(nn.Module):
     "Encode the unmasked (candidates) and the masked (queries) copies of a batch with one shared encoder."
     def __init__(self, encoder, freeze_pooler: bool = True,
                  candidate_grad: bool = True): # False: the candidate pass runs without gradient (not the paper's)
-        super().__init__(); self.encoder, self.candidate_grad = encoder, candidate_grad
+        super().__init__()
+        self.encoder, self.candidate_grad = encoder, candidate_grad
         if freeze_pooler and getattr(encoder, 'pooler', None) is not None:
             for p in encoder.pooler.parameters(): p.requires_grad_(False)
     def forward(self, input_ids, attention_mask, masked_input_ids=None, masked_attention_mask=None,
@@ -270,11 +325,13 @@ class TwoViews(nn.Module):
         with contextlib.nullcontext() if self.candidate_grad else torch.no_grad():
             cand = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         if extra_input_ids is not None:  # their rows follow the batch's: other sequences for every query
-            with torch.no_grad(): x = self.encoder(input_ids=extra_input_ids, attention_mask=extra_attention_mask).last_hidden_state
+            with torch.no_grad():
+                x = self.encoder(input_ids=extra_input_ids, attention_mask=extra_attention_mask).last_hidden_state
             cand = join_rows(cand, x)
         if masked_input_ids is None: return cand, None
         return cand, self.encoder(input_ids=masked_input_ids, attention_mask=masked_attention_mask).last_hidden_state
 
+# %% ../../nbs/09_training.ipynb #eacd1ebb
 def join_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     "The rows of `a` then those of `b` (`[N, L, ...]`), right-padded with zeros to the longer `L`."
     L = max(a.shape[1], b.shape[1])
@@ -298,21 +355,25 @@ def gather_candidates(cand: torch.Tensor, # [B, L, h] last-layer states of the u
     cand = nn.functional.pad(cand, (0, 0, 0, pl, 0, pb))
     cand_ids = nn.functional.pad(cand_ids, (0, pl, 0, pb))
     cand_mask = nn.functional.pad(cand_mask.long(), (0, pl, 0, pb))
-    ids_all, mask_all = [torch.empty_like(cand_ids) for _ in range(world)], [torch.empty_like(cand_mask) for _ in range(world)]
-    dist.all_gather(ids_all, cand_ids); dist.all_gather(mask_all, cand_mask)
+    ids_all, mask_all = ([torch.empty_like(cand_ids) for _ in range(world)],
+                         [torch.empty_like(cand_mask) for _ in range(world)])
+    dist.all_gather(ids_all, cand_ids)
+    dist.all_gather(mask_all, cand_mask)
     return torch.cat(all_gather_grad(cand), 0), torch.cat(ids_all, 0), torch.cat(mask_all, 0).bool(), rank * B
 
-# %% ../../nbs/09_training.ipynb #mlmhead1
+# %% ../../nbs/09_training.ipynb #63c3b8d5
 def mlm_head(model) -> str | None:
     "Name of the output head of a `*ForMaskedLM` (its one child beside the encoder), or `None`."
     base = model.base_model
     heads = [n for n, m in model.named_children() if m is not base]
     return heads[0] if len(heads) == 1 else None
 
+# %% ../../nbs/09_training.ipynb #cdf684bb
 class MaskedLM(nn.Module):
-    "A `*ForMaskedLM` whose vocabulary projection runs at the predicted positions only; returns `(loss, logits [M, V])`."
+    "A `*ForMaskedLM` projecting to the vocabulary at the predicted positions only; returns `(loss, logits [M, V])`."
     def __init__(self, model):
-        super().__init__(); self.model, self.head = model, mlm_head(model)
+        super().__init__()
+        self.model, self.head = model, mlm_head(model)
     def forward(self, input_ids, attention_mask, labels):
         sel = labels != -100
         if self.head is None:  # fall back to projecting every position
@@ -329,7 +390,7 @@ def batch_loss(model, # `TwoViews` (npm, single), or `MaskedLM` / a `*ForMaskedL
                objective: str, device='cpu',
                fallback: dict | None = None, # an unmasked batch to encode when `batch` is None
               ) -> tuple[torch.Tensor, dict]:
-    "Loss and stats of one batch for `objective` (`stats['loss']` is a detached tensor: reading it is left to the caller)."
+    "Loss and stats of one batch for `objective` (`stats['loss']` is a detached tensor: the caller reads it)."
     b = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in (batch or fallback).items()}
     if objective == 'mlm':
         net = model if isinstance(getattr(model, 'module', model), MaskedLM) else MaskedLM(model)
@@ -341,17 +402,19 @@ def batch_loss(model, # `TwoViews` (npm, single), or `MaskedLM` / a `*ForMaskedL
     x = {k: b[k] for k in ('extra_input_ids', 'extra_attention_mask') if k in b}  # extra candidate blocks (NPM)
     ids, am = b['input_ids'], b['attention_mask']
     if x: ids, am = join_rows(ids, x['extra_input_ids']), join_rows(am, x['extra_attention_mask'])
-    if batch is None:  # the gathered candidates stay in the graph: their backward is a collective the other ranks wait for
+    # the gathered candidates stay in the graph: their backward is a collective the other ranks wait for
+    if (batch is None):
         cand, _ = model(b['input_ids'], b['attention_mask'], **x)
         g, *_ = gather_candidates(cand, ids, am)
         return g.sum() * 0, {}
     cand, q = model(b['input_ids'], b['attention_mask'], b['masked_input_ids'], b['masked_attention_mask'], **x)
     cand, ids, mask, off = gather_candidates(cand, ids, am)
-    with torch.autocast(cand.device.type, enabled=False):  # scores and logsumexp in fp32, not re-cast by an outer autocast
+    # scores and logsumexp in fp32, not re-cast by an outer autocast
+    with torch.autocast(cand.device.type, enabled=False):
         cand, q = cand.float(), q.float()
         if objective == 'npm':
-            loss, st = start_end_loss(q[b['span_seq'], b['q_start_pos']], q[b['span_seq'], b['q_end_pos']], b['span_seq'],
-                                      b['span_tokens'], b['span_len'], cand, ids, mask, seq_offset=off)
+            loss, st = start_end_loss(q[b['span_seq'], b['q_start_pos']], q[b['span_seq'], b['q_end_pos']],
+                                      b['span_seq'], b['span_tokens'], b['span_len'], cand, ids, mask, seq_offset=off)
         else:
             loss, st = single_loss(q[b['q_seq'], b['q_pos']], b['q_seq'], b['q_token'], cand, ids, mask, seq_offset=off)
     return loss, {'loss': loss.detach(), **{k: float(v) for k, v in st.items()}}
@@ -361,7 +424,8 @@ def positives_per_span(batch: dict, # an NPM batch from `prepare_batch` (with or
                       ) -> np.ndarray:
     "Start positives of each masked span in the candidate pool the loss sees (outside the span's own sequence)."
     ids, am = batch['input_ids'], batch['attention_mask']
-    if 'extra_input_ids' in batch: ids, am = join_rows(ids, batch['extra_input_ids']), join_rows(am, batch['extra_attention_mask'])
+    if 'extra_input_ids' in batch:
+        ids, am = join_rows(ids, batch['extra_input_ids']), join_rows(am, batch['extra_attention_mask'])
     start, _ = span_positives(batch['span_tokens'], batch['span_len'], ids, am.bool())
     return (start & candidate_mask(batch['span_seq'], am.bool())).flatten(1).sum(1).numpy()
 
@@ -369,23 +433,27 @@ def positives_per_span(batch: dict, # an NPM batch from `prepare_batch` (with or
 def make_optimizer(model, cfg: TrainConfig):
     "AdamW (decay on weight matrices only) and the linear warm-up, then linear decay (or a constant rate) schedule."
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{'params': [p for n, p in params if p.ndim >= 2 and 'LayerNorm' not in n], 'weight_decay': cfg.weight_decay},
-              {'params': [p for n, p in params if not (p.ndim >= 2 and 'LayerNorm' not in n)], 'weight_decay': 0.0}]
+    groups = [
+        {'params': [p for n, p in params if p.ndim >= 2 and 'LayerNorm' not in n], 'weight_decay': cfg.weight_decay},
+        {'params': [p for n, p in params if not (p.ndim >= 2 and 'LayerNorm' not in n)], 'weight_decay': 0.0},
+    ]
     opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=PAPER_CONFIG['betas'], eps=PAPER_CONFIG['eps'])
     if cfg.schedule == 'constant': return opt, get_constant_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps))
     return opt, get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
 
-# %% ../../nbs/09_training.ipynb #b8f8a026
+# %% ../../nbs/09_training.ipynb #a999f7df
 def _bf16_native() -> bool:
-    "Whether the GPU computes bf16 natively (compute capability 8.0, Ampere, and later); T4 and V100 only emulate it, slowly."
+    "Whether the GPU computes bf16 natively (compute capability 8.0, Ampere, and later; a T4 or V100 emulates it)."
     try: return torch.cuda.is_bf16_supported(including_emulation=False)
     except TypeError: return torch.cuda.get_device_capability()[0] >= 8  # a torch without the argument
 
+# %% ../../nbs/09_training.ipynb #48d93940
 def cpu_bf16_native() -> bool:
     "Whether this CPU computes bf16 matrix products natively (AVX512-BF16 or AMX, through oneDNN)."
     try: return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError): return False
 
+# %% ../../nbs/09_training.ipynb #2fd7f4d3
 def amp_setup(amp: str, device: str):
     "`(autocast context factory, GradScaler)` for `amp` on `device`."
     off = contextlib.nullcontext, torch.amp.GradScaler('cpu', enabled=False)
@@ -398,33 +466,11 @@ def amp_setup(amp: str, device: str):
                                                 "emulated and likely slower than fp32; use amp='none'")
         return functools.partial(torch.autocast, 'cpu', dtype=torch.bfloat16), off[1]
     dtype = torch.bfloat16 if amp == 'bf16' or (amp == 'auto' and _bf16_native()) else torch.float16
-    return functools.partial(torch.autocast, 'cuda', dtype=dtype), torch.amp.GradScaler('cuda', enabled=dtype == torch.float16)
+    return functools.partial(torch.autocast, 'cuda', dtype=dtype), torch.amp.GradScaler(
+        'cuda', enabled=dtype == torch.float16
+    )
 
-# %% ../../nbs/09_training.ipynb #34cb6df1
-def save_checkpoint(out_dir, # the run folder
-                    model, tok, # the bare encoder / masked LM (not DDP-wrapped) and its tokenizer
-                    cfg: TrainConfig, state: dict, # trainer state: step, cursor, counters, init fingerprint, ...
-                    opt=None, sched=None, scaler=None) -> Path:
-    "Write `checkpoint-<step>` atomically (temp folder, then rename) and return it."
-    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
-    clean_stale_checkpoints(out_dir)
-    final = out_dir/f"checkpoint-{state['step']}"
-    tmp = out_dir/f".tmp-checkpoint-{state['step']}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        with disk_errors(final):  # a full disk or `ulimit -f`: a clear error naming the checkpoint, not torch's "unexpected pos"
-            model.save_pretrained(tmp); tok.save_pretrained(tmp)
-            atomic_write_json(tmp/'train_config.json', asdict(cfg))
-            torch.save({**state, 'rng': rng_state(), 'optimizer': opt.state_dict() if opt else None,
-                        'scheduler': sched.state_dict() if sched else None,
-                        'scaler': scaler.state_dict() if scaler is not None and scaler.is_enabled() else None}, tmp/'trainer_state.pt')
-            write_model_checksums(tmp)  # verified on resume and whenever the folder is loaded as a model
-    except BaseException: shutil.rmtree(tmp, ignore_errors=True); raise  # no half-written checkpoint is left to fill the disk
-    if final.exists():  # e.g. a re-run of the same step: swap, then drop the old one
-        old = out_dir/f".old-{final.name}-{os.getpid()}"; final.rename(old); tmp.rename(final); shutil.rmtree(old)
-    else: tmp.rename(final)
-    return final
-
+# %% ../../nbs/09_training.ipynb #00e2a677
 def clean_stale_checkpoints(out_dir):
     "Remove the temporary folders (`.tmp-checkpoint-*`, `.old-*`, `.final-*`) that dead processes left in `out_dir`."
     for p in Path(out_dir).glob('.*-*'):
@@ -433,6 +479,7 @@ def clean_stale_checkpoints(out_dir):
             if p.is_symlink() or p.is_file(): p.unlink()
             else: shutil.rmtree(p, ignore_errors=True)
 
+# %% ../../nbs/09_training.ipynb #8e739c98
 def list_checkpoints(out_dir) -> list[Path]:
     "Complete checkpoints in `out_dir`, oldest first (removing what dead writers left behind)."
     out_dir = Path(out_dir)
@@ -441,23 +488,64 @@ def list_checkpoints(out_dir) -> list[Path]:
     cks = [p for p in out_dir.glob('checkpoint-*') if p.is_dir() and (p/'trainer_state.pt').exists()]
     return sorted(cks, key=lambda p: int(p.name.split('-')[1]))
 
+# %% ../../nbs/09_training.ipynb #5c2ba610
+def save_checkpoint(out_dir, # the run folder
+                    model, tok, # the bare encoder / masked LM (not DDP-wrapped) and its tokenizer
+                    cfg: TrainConfig, state: dict, # trainer state: step, cursor, counters, init fingerprint, ...
+                    opt=None, sched=None, scaler=None) -> Path:
+    "Write `checkpoint-<step>` atomically (temp folder, then rename) and return it."
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clean_stale_checkpoints(out_dir)
+    final = out_dir/f"checkpoint-{state['step']}"
+    tmp = out_dir/f".tmp-checkpoint-{state['step']}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        # a full disk or `ulimit -f`: a clear error naming the checkpoint, not torch's "unexpected pos"
+        with disk_errors(final):
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            atomic_write_json(tmp / 'train_config.json', asdict(cfg))
+            torch.save(
+                {**state, 'rng': rng_state(), 'optimizer': opt.state_dict() if opt else None,
+                 'scheduler': sched.state_dict() if sched else None,
+                 'scaler': scaler.state_dict() if scaler is not None and scaler.is_enabled() else None},
+                tmp / 'trainer_state.pt',
+            )
+            write_model_checksums(tmp)  # verified on resume and whenever the folder is loaded as a model
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise  # no half-written checkpoint is left to fill the disk
+    if final.exists():  # e.g. a re-run of the same step: swap, then drop the old one
+        old = out_dir / f".old-{final.name}-{os.getpid()}"
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old)
+    else: tmp.rename(final)
+    return final
+
+# %% ../../nbs/09_training.ipynb #45151b88
 def prune_checkpoints(out_dir, keep_last: int = 2):
     "Delete all but the newest `keep_last` checkpoints (never the one an old-style `final` symlink points to)."
-    out_dir = Path(out_dir); fin = (out_dir/'final').resolve() if (out_dir/'final').exists() else None
+    out_dir = Path(out_dir)
+    fin = (out_dir / 'final').resolve() if (out_dir / 'final').exists() else None
     for p in list_checkpoints(out_dir)[:-keep_last] if keep_last > 0 else []:
         if p.resolve() != fin: shutil.rmtree(p)
 
+# %% ../../nbs/09_training.ipynb #0991944f
 def _remove(p: Path):
     "Delete a file, a link or a folder tree at `p` (nothing if there is none)."
     if p.is_symlink() or p.is_file(): p.unlink()
     elif p.exists(): shutil.rmtree(p)
 
+# %% ../../nbs/09_training.ipynb #fa2630cd
 def drop_final(out_dir):
     "Remove `<out_dir>/final` (a published folder, or an old-style symlink), e.g. before a run starts over."
     _remove(Path(out_dir)/'final')
 
+# %% ../../nbs/09_training.ipynb #a0c9e525
 def is_published(final: Path, ckpt: Path) -> bool:
-    "True when `final` holds the checkpoint `ckpt`: the same files (hard links, or equal bytes), or an old-style symlink to it."
+    "True when `final` holds the checkpoint `ckpt`: the same files (hard links or equal bytes), or a symlink to it."
     import filecmp
     final, ckpt = Path(final), Path(ckpt)
     if final.is_symlink(): return final.exists() and final.resolve() == ckpt.resolve()
@@ -468,33 +556,43 @@ def is_published(final: Path, ckpt: Path) -> bool:
     return bool(names) and names == _files_under(final) and \
         all(os.path.samefile(final/n, ckpt/n) or filecmp.cmp(final/n, ckpt/n, shallow=False) for n in names)
 
+# %% ../../nbs/09_training.ipynb #f9ceb113
 def _files_under(d: Path) -> list[str]:
     "The files under folder `d`, as sorted relative paths."
     return sorted(f.relative_to(d).as_posix() for f in d.rglob('*') if f.is_file())
 
+# %% ../../nbs/09_training.ipynb #b01c2b06
 def link_final(out_dir, ckpt: Path) -> Path:
-    "Publish `ckpt` as the folder `<out_dir>/final` (hard links to its files, renamed into place); nothing is written when it already is."
-    out_dir, ckpt = Path(out_dir), Path(ckpt); fin = out_dir/'final'
+    "Publish `ckpt` as the folder `<out_dir>/final` (hard links to its files, renamed into place) unless it is."
+    out_dir, ckpt = Path(out_dir), Path(ckpt)
+    fin = out_dir / 'final'
     if is_published(fin, ckpt) and (not fin.is_symlink() or not os.access(out_dir, os.W_OK)): return fin
-    if not os.access(out_dir, os.W_OK): return ckpt  # read-only, `final` missing or elsewhere: the finished checkpoint itself
+    if not os.access(out_dir, os.W_OK):
+        return ckpt  # read-only, `final` missing or elsewhere: the finished checkpoint itself
     tmp, old = out_dir/f'.final-{os.getpid()}', out_dir/f'.old-final-{os.getpid()}'
-    _remove(tmp); _remove(old); tmp.mkdir()
+    _remove(tmp)
+    _remove(old)
+    tmp.mkdir()
     for n in _files_under(ckpt):
         (tmp/n).parent.mkdir(parents=True, exist_ok=True)
-        try: os.link(ckpt/n, tmp/n)
-        except OSError: shutil.copy2(ckpt/n, tmp/n)  # no hard links here (another file system, FAT, some mounts): a copy
+        try:
+            os.link(ckpt / n, tmp / n)
+        except OSError:
+            shutil.copy2(ckpt / n, tmp / n)  # no hard links here (another file system, FAT, some mounts): a copy
     if fin.is_symlink() or fin.exists(): os.rename(fin, old)
-    os.rename(tmp, fin); _remove(old)
+    os.rename(tmp, fin)
+    _remove(old)
     return fin
 
-# %% ../../nbs/09_training.ipynb #4587f622
+# %% ../../nbs/09_training.ipynb #7b7a6e96
 _FREE_FIELDS = ('out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'profile', 'workers')
 
 class DamagedCheckpoint(ValueError):
     "A checkpoint whose files are missing, unreadable or changed since they were written."
 
+# %% ../../nbs/09_training.ipynb #b2e35912
 def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
-    "Load `trainer_state.pt` of `ckpt` after checking it is intact and belongs to this run; raise a clear error otherwise."
+    "Load `trainer_state.pt` of `ckpt` after checking it is intact and belongs to this run; a clear error otherwise."
     try:
         verify_model_folder(ckpt, force=True)  # checksums, when the checkpoint has them
         state = load_state(Path(ckpt)/'trainer_state.pt', fix='use another checkpoint')
@@ -506,58 +604,75 @@ def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
                          f"{state['init_fingerprint']}, model {state.get('model')!r}) but this run starts from "
                          f"{init_fingerprint} (model {cfg.model!r}); use another out_dir, or resume=False "
                          "(command line: --no-resume) to start over")
-    try: default = json.loads(json.dumps(asdict(type(cfg)())))  # a field added since the checkpoint: it ran with the default
-    except TypeError: default = {}  # a config class without defaults for every field
+    try:
+        # a field added since the checkpoint: it ran with the default
+        default = json.loads(json.dumps(asdict(type(cfg)())))
+    except TypeError:
+        default = {}  # a config class without defaults for every field
     # `model` names where the init came from; its weights were compared above (the fingerprint), so a moved or copied
     # checkout (an init folder at another path, e.g. NPM from this profile's MLM checkpoint) still resumes
     diff = {k: (old.get(k, default.get(k)), v) for k, v in json.loads(json.dumps(asdict(cfg))).items()
             if k not in _FREE_FIELDS and k != 'model' and old.get(k, default.get(k)) != v}
     if diff:
-        raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
-                         "use the same settings, another out_dir, or resume=False (command line: --no-resume) to start over")
+        raise ValueError(
+            f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
+            "use the same settings, another out_dir, or resume=False (command line: --no-resume) to start over"
+        )
     return state
 
+# %% ../../nbs/09_training.ipynb #f105f3a8
 def resume_point(cks: list, # complete checkpoints, oldest first (`list_checkpoints`)
                  cfg: TrainConfig, init_fingerprint: str,
                  model_cls, # the model class to load the weights with
                 ) -> tuple:
-    "`(checkpoint, trainer state, model)` of the newest intact checkpoint; damaged newer ones are set aside, with a warning."
+    "`(checkpoint, trainer state, model)` of the newest intact checkpoint; damaged newer ones set aside (a warning)."
     damaged = []
     for ck in reversed(cks):
         try:
             state = check_resume(ck, cfg, init_fingerprint)
-            try: model = model_cls.from_pretrained(ck); check_finite(model, ck)
-            except Exception as e: raise DamagedCheckpoint(f"checkpoint {ck} is damaged: {type(e).__name__}: {str(e)[:300]}") from e
-        except DamagedCheckpoint as e: damaged.append((ck, e)); continue
+            try:
+                model = model_cls.from_pretrained(ck)
+                check_finite(model, ck)
+            except Exception as e:
+                raise DamagedCheckpoint(f"checkpoint {ck} is damaged: {type(e).__name__}: {str(e)[:300]}") from e
+        except DamagedCheckpoint as e:
+            damaged.append((ck, e))
+            continue
         for bad, e in damaged:  # kept for inspection, out of the way of later resumes
-            aside = bad.with_name(f".damaged-{bad.name}-{time.strftime('%Y%m%d-%H%M%S')}"); bad.rename(aside)
+            aside = bad.with_name(f".damaged-{bad.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+            bad.rename(aside)
             warnings.warn(f"{e}; set aside as {aside.name}; resuming from {ck.name} instead", stacklevel=2)
         return ck, state, model
-    raise DamagedCheckpoint(f"no intact checkpoint in {Path(cks[-1]).parent} ({'; '.join(str(e) for _, e in damaged)[:600]}): "
-                            "start over with resume=False (command line: --no-resume)")
+    raise DamagedCheckpoint(
+        f"no intact checkpoint in {Path(cks[-1]).parent} ({'; '.join(str(e) for _, e in damaged)[:600]}): "
+        "start over with resume=False (command line: --no-resume)"
+    )
 
 # %% ../../nbs/09_training.ipynb #eae5605f
 def init_model(cfg: TrainConfig):
     "The init encoder for `cfg`: `AutoModel` for NPM / NPM-single, `AutoModelForMaskedLM` for the MLM baseline."
-    torch.manual_seed(cfg.seed)  # an MLM head the checkpoint lacks (MiniLM's) starts from the seed: same init, same fingerprint
+    # an MLM head the checkpoint lacks (MiniLM's) starts from the seed: same init, same fingerprint
+    torch.manual_seed(cfg.seed)
     cls = AutoModelForMaskedLM if cfg.objective == 'mlm' else AutoModel
     return cls.from_pretrained(resolve_model(cfg.model))
 
-# %% ../../nbs/09_training.ipynb #ac55f06c
+# %% ../../nbs/09_training.ipynb #4b995d0b
 def _dist_info():
     "`(rank, world size)` of this process (`(0, 1)` without a process group)."
     on = dist.is_available() and dist.is_initialized()
     return (dist.get_rank(), dist.get_world_size()) if on else (0, 1)
 
-# %% ../../nbs/09_training.ipynb #0b678bd5
+# %% ../../nbs/09_training.ipynb #55481ea7
 class TrainingDeadline(RuntimeError):
     "Training reached its time budget; it wrote a checkpoint, and the same call again resumes from it."
 
+# %% ../../nbs/09_training.ipynb #65e96e34
 def _deadline(deadline: float | None) -> float | None:
     if deadline is not None: return deadline
     v = os.environ.get('NPM_NB_DEADLINE')  # set by `python -m npm_nb.run.batch --time-budget`
     return float(v) if v else None
 
+# %% ../../nbs/09_training.ipynb #f40304c2
 def _past(deadline: float, world: int, device) -> bool:
     "Whether `deadline` (Unix time) has passed, agreed by every rank."
     if world == 1: return time.time() >= deadline
@@ -565,31 +680,42 @@ def _past(deadline: float, world: int, device) -> bool:
     dist.all_reduce(late, op=dist.ReduceOp.MAX)
     return bool(late.item())
 
-# %% ../../nbs/09_training.ipynb #5fc96d8c
-_READ_ONLY = contextvars.ContextVar('read_only_run', default=None)  # the run folder, while `train` reads a read-only one
+# %% ../../nbs/09_training.ipynb #29f5e81e
+# the run folder, while `train` reads a read-only one
+_READ_ONLY = contextvars.ContextVar('read_only_run', default=None)
 
 def _read_only_error(out: Path, why: str) -> OSError:
     import errno
-    return OSError(errno.EROFS, f"{out} is read-only and {why}, so training would have to write there: make it writable "
-                   f"(`chmod -R u+w {out}`) or train into another folder (TrainConfig.out_dir)")
+    return OSError(
+        errno.EROFS,
+        f"{out} is read-only and {why}, so training would have to write there: make it writable "
+        f"(`chmod -R u+w {out}`) or train into another folder (TrainConfig.out_dir)",
+    )
 
+# %% ../../nbs/09_training.ipynb #d982aba7
 def _one_writer(fn):
     "Hold the lock of the run's checkpoint folder (rank 0) for the whole call: two runs into one folder fail fast."
     @functools.wraps(fn)
     def locked(cfg, *args, **kw):
         if _dist_info()[0] != 0: return fn(cfg, *args, **kw)
         folder = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, cfg.objective)
-        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):  # read-only (a copied run, a mount): a finished run
-            token = _READ_ONLY.set(folder)                                  # is only read; anything else says so (`start_state`)
-            try: return fn(cfg, *args, **kw)
-            finally: _READ_ONLY.reset(token)
+        # read-only (a copied run, a mount): a finished run
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+            token = _READ_ONLY.set(folder)  # is only read; anything else says so (`start_state`)
+            try:
+                return fn(cfg, *args, **kw)
+            finally:
+                _READ_ONLY.reset(token)
         with hold_lock(folder, 'checkpoint folder'):
             return fn(cfg, *args, **kw)
     return locked
 
 # %% ../../nbs/09_training.ipynb #4e3b7665
-_STAT_KEYS = {'npm': ('end_top1', 'loss', 'loss_end', 'loss_start', 'n_dropped', 'n_spans', 'start_top1'),
-              'single': ('loss', 'n_dropped', 'n_queries', 'top1'), 'mlm': ('loss', 'masked_acc')}  # what `batch_loss` reports
+_STAT_KEYS = {
+    'npm': ('end_top1', 'loss', 'loss_end', 'loss_start', 'n_dropped', 'n_spans', 'start_top1'),
+    'single': ('loss', 'n_dropped', 'n_queries', 'top1'),
+    'mlm': ('loss', 'masked_acc'),
+}  # what `batch_loss` reports
 
 def _log_row(win, state, sched, gnorm, secs, world, device='cpu', objective='npm'):
     "One `metrics.jsonl` line: each stat's mean over the batches of the last steps on every rank."
@@ -610,10 +736,11 @@ def _log_row(win, state, sched, gnorm, secs, world, device='cpu', objective='npm
     row = {'step': state['step'], **{k: vals[i] / vals[n + i] for i, k in enumerate(keys) if vals[n + i] > 0}}
     row.update(tokens_per_s=vals[-1] / max(secs, 1e-9), lr=sched.get_last_lr()[0], grad_norm=float(gnorm),
                n_skipped=state['n_skipped'], tokens=state['tokens'], time=time.time())
-    row.setdefault('loss', float('nan')); row.setdefault('mask_ratio', 0.0)
+    row.setdefault('loss', float('nan'))
+    row.setdefault('mask_ratio', 0.0)
     return row
 
-# %% ../../nbs/09_training.ipynb #37850d20
+# %% ../../nbs/09_training.ipynb #78843d91
 def run_checkpoints(out, # the run folder
                     resume: bool, # False: start over (delete the checkpoints and `final`)
                     rank: int = 0, # only rank 0 deletes
@@ -624,32 +751,42 @@ def run_checkpoints(out, # the run folder
         drop_final(out)  # a published folder, or an old-style link
     return list_checkpoints(out) if resume else []
 
-# %% ../../nbs/09_training.ipynb #756924da
+# %% ../../nbs/09_training.ipynb #5f06dc27
 def restore_or_seed(state: dict | None, # a checkpoint's trainer state; None: a fresh start
                     seed: int, opt, sched, scaler=None):
     "Restore the optimizer, schedule, gradient scaler and every RNG from `state`, or seed Python, NumPy and torch."
     if state is None:
-        random.seed(seed); np.random.seed(seed); torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
         return
-    opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler'])
+    opt.load_state_dict(state['optimizer'])
+    sched.load_state_dict(state['scheduler'])
     if scaler is not None and state.get('scaler') and scaler.is_enabled(): scaler.load_state_dict(state['scaler'])
     set_rng_state(state['rng'])
 
-# %% ../../nbs/09_training.ipynb #3cdeecd7
+# %% ../../nbs/09_training.ipynb #0a5ee195
 class CheckpointManager:
-    "When a run writes, publishes and stops: the save cadence, `stop_after`, the deadline and `final` (one rule for all trainers)."
-    def __init__(self, out, # the run folder
-                 steps: int, save_every: int, keep_last: int, # the run's length, checkpoint cadence and checkpoints kept
-                 stop_after: int | None = None, # end after this step, as if interrupted (writes a checkpoint)
-                 deadline: float | None = None, # Unix time: checkpoint and stop once passed (default: $NPM_NB_DEADLINE)
-                 rank: int = 0, world: int = 1, device='cpu', # under `torchrun`: only rank 0 writes, every rank agrees
-                 name: str = 'training'): # names the run in the deadline's message
+    "When a run writes, publishes and stops: save cadence, `stop_after`, deadline, `final` (one rule, every trainer)."
+    def __init__(
+        self,
+        out,  # the run folder
+        steps: int,
+        save_every: int,
+        keep_last: int,  # the run's length, checkpoint cadence and checkpoints kept
+        stop_after: int | None = None,  # end after this step, as if interrupted (writes a checkpoint)
+        deadline: float | None = None,  # Unix time: checkpoint and stop once passed (default: $NPM_NB_DEADLINE)
+        rank: int = 0,
+        world: int = 1,
+        device='cpu',  # under `torchrun`: only rank 0 writes, every rank agrees
+        name: str = 'training',
+    ):  # names the run in the deadline's message
         self.out, self.steps, self.save_every, self.keep_last = Path(out), steps, save_every, keep_last
         self.stop_after, self.deadline = stop_after, _deadline(deadline)
         self.rank, self.world, self.device, self.name = rank, world, device, name
         self.last, self.late = None, False  # the newest checkpoint this run wrote; whether the deadline stopped it
 
-# %% ../../nbs/09_training.ipynb #50cd5215
+# %% ../../nbs/09_training.ipynb #c96a44f7
 @patch
 def step_done(self: CheckpointManager, step: int, # the optimizer steps done so far
               save, # `save()` writes the checkpoint of this step atomically and returns its folder
@@ -665,20 +802,20 @@ def step_done(self: CheckpointManager, step: int, # the optimizer steps done so 
         if self.world > 1: dist.barrier()
     return done or step == self.stop_after or self.late
 
-# %% ../../nbs/09_training.ipynb #5f7da695
+# %% ../../nbs/09_training.ipynb #b449fc2b
 @patch
 def result(self: CheckpointManager, step: int) -> Path:
-    "`final` when the run is finished, else its last checkpoint; raises `TrainingDeadline` when the deadline stopped it."
+    "`final` when the run is finished, else its last checkpoint; `TrainingDeadline` when the deadline stopped it."
     if self.late:
         raise TrainingDeadline(f"time budget reached at step {step} of {self.steps} ({self.name}); checkpoint "
                                f"written to {self.out}: run the same command again to resume")
     return self.out/'final' if step >= self.steps else (self.last or list_checkpoints(self.out)[-1])
 
-# %% ../../nbs/09_training.ipynb #946f712a
+# %% ../../nbs/09_training.ipynb #cc3fc88e
 def start_state(cfg: TrainConfig, model, # the init model (its fingerprint must match a checkpoint's to resume from it)
                 resume: bool, rank: int, world: int,
                ) -> tuple:
-    "`(out_dir, checkpoints, trainer state, model, finished checkpoint or None)`: resume from the newest intact checkpoint, or start."
+    "`(out_dir, checkpoints, trainer state, model, finished checkpoint or None)`: the newest intact one, or a start."
     init_fp = encoder_fingerprint(model)
     out = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, cfg.objective)
     metrics_path = out/'metrics.jsonl'
@@ -689,17 +826,20 @@ def start_state(cfg: TrainConfig, model, # the init model (its fingerprint must 
     if cks:
         ck, state, model = resume_point(cks, cfg, init_fp, type(model))
         if state['step'] >= cfg.steps: return out, cks, state, model, ck
-        if _READ_ONLY.get() is not None: raise _read_only_error(out, f"its run stopped at step {state['step']} of {cfg.steps}")
+        if _READ_ONLY.get() is not None:
+            raise _read_only_error(out, f"its run stopped at step {state['step']} of {cfg.steps}")
         if state.get('world', 1) != world:
-            raise ValueError(f"cannot resume from {cks[-1]}: it was trained by {state.get('world', 1)} process(es) and this run has "
-                             f"{world}; the data order and the candidate pool depend on it. Use the same number of ranks "
-                             "(torchrun --nproc_per_node), another out_dir, or resume=False to start over")
+            raise ValueError(
+                f"cannot resume from {cks[-1]}: it was trained by {state.get('world', 1)} process(es) and this run has "
+                f"{world}; the data order and the candidate pool depend on it. Use the same number of ranks "
+                "(torchrun --nproc_per_node), another out_dir, or resume=False to start over"
+            )
     elif _READ_ONLY.get() is not None: raise _read_only_error(out, 'it holds no checkpoint of this run')
     elif rank == 0 and metrics_path.exists(): metrics_path.unlink()
     if rank == 0: truncate_metrics(metrics_path, state['step'])
     return out, cks, state, model, None
 
-# %% ../../nbs/09_training.ipynb #2aa49280
+# %% ../../nbs/09_training.ipynb #6b83def7
 def optimizer_state(net, cfg: TrainConfig, device,
                     state: dict | None, # a checkpoint's trainer state to restore; None: a fresh start from `cfg.seed`
                    ) -> tuple:
@@ -709,7 +849,7 @@ def optimizer_state(net, cfg: TrainConfig, device,
     restore_or_seed(state, cfg.seed, opt, sched, scaler)
     return opt, sched, autocast, scaler
 
-# %% ../../nbs/09_training.ipynb #156768bc
+# %% ../../nbs/09_training.ipynb #4aba9e5a
 class TrainBatches:
     "The next maskable batch of this rank and its unmasked fallback (skipping and counting the others on one process)."
     def __init__(self, items: StreamItems, state: dict, # the trainer state: its `cursor` and `n_skipped` move
@@ -718,15 +858,17 @@ class TrainBatches:
         self.items, self.state, self.n_batches, self.cfg, self.world = items, state, n_batches, cfg, world
         self.workers, self.pin_memory, self.loader = workers, pin_memory, None
     def __call__(self) -> tuple:
-        if self.loader is None: self.loader = batch_loader(self.items, self.state['cursor'], self.workers, self.pin_memory)
+        if self.loader is None:
+            self.loader = batch_loader(self.items, self.state['cursor'], self.workers, self.pin_memory)
         for _ in range(self.n_batches + 1):
-            c, b, fallback = next(self.loader); self.state['cursor'] = c + 1
+            c, b, fallback = next(self.loader)
+            self.state['cursor'] = c + 1
             if b is not None or self.world > 1: return b, fallback
             self.state['n_skipped'] += 1
         raise RuntimeError(f"no batch of {self.n_batches} has anything to mask: are the blocks too short "
                            f"(max_len={self.cfg.max_len}) or the batches too small (batch_size={self.cfg.batch_size})?")
 
-# %% ../../nbs/09_training.ipynb #6985022e
+# %% ../../nbs/09_training.ipynb #f3b78082
 def train_step(net, opt, sched, autocast, scaler, # the model (possibly DDP) and `optimizer_state`'s pieces
                next_batch: TrainBatches, cfg: TrainConfig, state: dict, # the trainer state (`step`, `tokens` move)
                win: dict, # the statistics since the last log line, filled in place
@@ -745,20 +887,40 @@ def train_step(net, opt, sched, autocast, scaler, # the model (possibly DDP) and
         for k_, v in st.items(): win.setdefault(k_, []).append(v)
         win.setdefault('_tokens', []).append(n_tok)
     scaler.unscale_(opt)
-    gnorm = nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], cfg.clip)  # read on log steps only
-    scaler.step(opt); scaler.update(); sched.step()
+    # read on log steps only
+    gnorm = nn.utils.clip_grad_norm_([p for p in net.parameters() if p.requires_grad], cfg.clip)
+    scaler.step(opt)
+    scaler.update()
+    sched.step()
     state['step'] += 1
     state['tokens'] += sum(win['_tokens'][-cfg.grad_accum:]) * world
     return gnorm
 
-# %% ../../nbs/09_training.ipynb #5154aea1
+# %% ../../nbs/09_training.ipynb #04391c87
+def train_parts(cfg: TrainConfig, model, tok, blocks, # the init model, its tokenizer and the training blocks
+                state: dict, # the trainer state (its data cursor)
+                rank: int = 0, world: int = 1, device='cpu') -> tuple:
+    "`(net, next_batch)`: the model to step (`TwoViews` or `MaskedLM`, in DDP under `torchrun`) and its batches."
+    train_b, held_b = training_batches(blocks, cfg)
+    lend = NeighbourBlocks(blocks, held_b, cfg.extra_blocks) if cfg.extra_blocks else None
+    model.to(device).train()
+    net = MaskedLM(model) if cfg.objective == 'mlm' else TwoViews(model, candidate_grad=cfg.candidate_grad)
+    if world > 1:
+        ids = [torch.device(device).index] if device.startswith('cuda') else None
+        net = nn.parallel.DistributedDataParallel(net, device_ids=ids)
+    on_gpu = str(device).startswith('cuda')
+    workers = cfg.workers if cfg.workers >= 0 else (min(8, max(1, (os.cpu_count() or 2) // world - 1)) if on_gpu else 0)
+    items = StreamItems(blocks, BatchStream(train_b, seed=cfg.seed), tok, cfg, rank, world, lend)
+    return net, TrainBatches(items, state, len(train_b), cfg, world, workers, pin_memory=on_gpu)
+
+# %% ../../nbs/09_training.ipynb #b61839e5
 @_one_writer
 def train(cfg: TrainConfig, resume: bool = True,
           model=None, tok=None, # init model and tokenizer (default: loaded from `cfg.model`)
           blocks=None, # training blocks (default: `training_blocks(cfg, tok)`)
           stop_after: int | None = None, # end after this step, as if interrupted (writes a checkpoint)
           progress: bool = True,
-          deadline: float | None = None, # Unix time: checkpoint and raise `TrainingDeadline` once passed (default: $NPM_NB_DEADLINE)
+          deadline: float | None = None, # Unix time: checkpoint, raise `TrainingDeadline` (default: $NPM_NB_DEADLINE)
          ) -> Path:
     "Train for `cfg.steps` optimizer steps (resuming from the newest checkpoint); return the final checkpoint folder."
     offline_mode()
@@ -771,33 +933,31 @@ def train(cfg: TrainConfig, resume: bool = True,
         raise ValueError("objective='mlm' needs a *ForMaskedLM model (see init_model)")
     out, cks, state, model, finished = start_state(cfg, model, resume, rank, world)
     # finished: (re)link `final`, which a crash between the last checkpoint and the link can have left missing
-    if finished is not None: return link_final(out, finished)
+    if finished is not None:
+        return link_final(out, finished)
     run = CheckpointManager(out, cfg.steps, cfg.save_every, cfg.keep_last, stop_after, deadline, rank, world, device,
                             cfg.objective)
     blocks = blocks if blocks is not None else training_blocks(cfg, tok)
-    train_b, held_b = training_batches(blocks, cfg)
-    lend = NeighbourBlocks(blocks, held_b, cfg.extra_blocks) if cfg.extra_blocks else None
-    model.to(device).train()
-    net = MaskedLM(model) if cfg.objective == 'mlm' else TwoViews(model, candidate_grad=cfg.candidate_grad)
-    if world > 1:
-        net = nn.parallel.DistributedDataParallel(net, device_ids=[torch.device(device).index] if device.startswith('cuda') else None)
+    net, next_batch = train_parts(cfg, model, tok, blocks, state, rank, world, device)
     opt, sched, autocast, scaler = optimizer_state(net, cfg, device, state if cks else None)
-    on_gpu = str(device).startswith('cuda')
-    workers = cfg.workers if cfg.workers >= 0 else (min(8, max(1, (os.cpu_count() or 2) // world - 1)) if on_gpu else 0)
-    items = StreamItems(blocks, BatchStream(train_b, seed=cfg.seed), tok, cfg, rank, world, lend)
-    next_batch = TrainBatches(items, state, len(train_b), cfg, world, workers, pin_memory=on_gpu)
-    bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress or rank != 0, desc=f'train[{cfg.objective}]')
+    bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress or rank != 0,
+               desc=f'train[{cfg.objective}]')
     win, t0 = {}, time.time()
     while state['step'] < cfg.steps:
         gnorm = train_step(net, opt, sched, autocast, scaler, next_batch, cfg, state, win, world, device)
         bar.update(1)
         if state['step'] % cfg.log_every == 0 or state['step'] == cfg.steps:
             row = _log_row(win, state, sched, gnorm, time.time() - t0, world, device, cfg.objective)
-            if rank == 0: out.mkdir(parents=True, exist_ok=True); append_jsonl(out/'metrics.jsonl', row)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", mask=f"{row['mask_ratio']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+            if rank == 0:
+                out.mkdir(parents=True, exist_ok=True)
+                append_jsonl(out/'metrics.jsonl', row)
+            bar.set_postfix(loss=f"{row['loss']:.3f}", mask=f"{row['mask_ratio']:.3f}",
+                            tok_s=f"{row['tokens_per_s']:.0f}")
             win, t0 = {}, time.time()
-        if run.step_done(state['step'], lambda: save_checkpoint(out, model, tok, cfg, state, opt, sched, scaler)): break
-    bar.close(); next_batch.loader = None  # ends the loader's worker processes
+        if run.step_done(state['step'], lambda: save_checkpoint(out, model, tok, cfg, state, opt, sched, scaler)):
+            break
+    bar.close()
+    next_batch.loader = None  # ends the loader's worker processes
     return run.result(state['step'])
 
 # %% ../../nbs/09_training.ipynb #dcedf9bd
@@ -811,22 +971,36 @@ def retrieval_eval(model, # an encoder or `*ForMaskedLM` (its encoder is used)
     "Held-out in-batch top-1 retrieval: how often a query's nearest candidate is gold."
     if objective not in ('npm', 'single'): raise ValueError(f"objective={objective!r}: use 'npm' or 'single'")
     device = device or next(model.parameters()).device
-    enc = model.base_model if hasattr(model, 'get_output_embeddings') and model.get_output_embeddings() is not None else model
-    was_training = enc.training; enc.eval(); views = TwoViews(enc, freeze_pooler=False)
+    enc = (
+        model.base_model
+        if hasattr(model, 'get_output_embeddings') and model.get_output_embeddings() is not None
+        else model
+    )
+    was_training = enc.training
+    enc.eval()
+    views = TwoViews(enc, freeze_pooler=False)
     cfg = TrainConfig(objective=objective, mask_ratio=mask_ratio)
     tot, n_q, n_b, n_skip = {}, 0, 0, 0
     for j, idx in enumerate(heldout_batches):
         b = prepare_batch([blocks[i] for i in idx], tok, cfg, mask_seed(10**6 + seed, j))
-        if b is None: n_skip += 1; continue
+        if b is None:
+            n_skip += 1
+            continue
         _, st = batch_loss(views, b, objective, device)
         n = st['n_spans'] if objective == 'npm' else st['n_queries']  # queries with an in-batch positive
         keys = ('start_top1', 'end_top1') if objective == 'npm' else ('top1',)
         for k in keys: tot[k] = tot.get(k, 0.0) + st[k] * n
-        n_q += n; n_b += 1
+        n_q += n
+        n_b += 1
     enc.train(was_training)
-    return {**{k: v / max(n_q, 1) for k, v in tot.items()}, 'n_queries': int(n_q), 'n_batches': n_b, 'n_skipped': n_skip}
+    return {
+        **{k: v / max(n_q, 1) for k, v in tot.items()},
+        'n_queries': int(n_q),
+        'n_batches': n_b,
+        'n_skipped': n_skip,
+    }
 
-# %% ../../nbs/09_training.ipynb #mlmeval1
+# %% ../../nbs/09_training.ipynb #ac049f85
 @torch.no_grad()
 def mlm_eval(model, # a `*ForMaskedLM`
              tok, blocks, # tokenizer and the blocks the batches index
@@ -834,27 +1008,35 @@ def mlm_eval(model, # a `*ForMaskedLM`
              seed: int = 0, device: str | None = None, mask_ratio: float = 0.15) -> dict:
     "Held-out masked-token accuracy (top-1, top-5) and cross-entropy, every chosen token replaced by `[MASK]`."
     device = device or next(model.parameters()).device
-    was_training = model.training; model.eval(); net = MaskedLM(model)
+    was_training = model.training
+    model.eval()
+    net = MaskedLM(model)
     hit1 = hit5 = nll = n = 0
     for j, idx in enumerate(heldout_batches):
         b = mlm_mask([blocks[i] for i in idx], tok, mask_ratio=mask_ratio, seed=mask_seed(10**6 + seed, j))
         sel = b['labels'] != -100
         ids = b['input_ids'].masked_fill(sel, tok.mask_token_id)
         _, logits = net(ids.to(device), b['attention_mask'].to(device), b['labels'].to(device))
-        y = b['labels'][sel].to(device); top = logits.topk(5, -1).indices
-        hit1 += int((top[:, 0] == y).sum()); hit5 += int((top == y[:, None]).any(1).sum())
-        nll += float(nn.functional.cross_entropy(logits.float(), y, reduction='sum')); n += len(y)
+        y = b['labels'][sel].to(device)
+        top = logits.topk(5, -1).indices
+        hit1 += int((top[:, 0] == y).sum())
+        hit5 += int((top == y[:, None]).any(1).sum())
+        nll += float(nn.functional.cross_entropy(logits.float(), y, reduction='sum'))
+        n += len(y)
     model.train(was_training)
     return {'acc': hit1 / max(n, 1), 'acc5': hit5 / max(n, 1), 'loss': nll / max(n, 1), 'n_masked': n,
             'n_batches': len(heldout_batches)}
 
+# %% ../../nbs/09_training.ipynb #a4122118
 @torch.no_grad()
 def fill_mask(model, tok, # a `*ForMaskedLM` and its tokenizer
               texts: list, # texts with one `[MASK]` each (the first one is filled)
               k: int = 5) -> list[list[tuple[str, float]]]:
     "The top-k word pieces and their probabilities at the `[MASK]` of each text."
     device = next(model.parameters()).device
-    was_training = model.training; model.eval(); out = []
+    was_training = model.training
+    model.eval()
+    out = []
     for t in texts:
         enc = tok(t.replace('[MASK]', tok.mask_token), return_tensors='pt').to(device)
         pos = (enc['input_ids'][0] == tok.mask_token_id).nonzero()
@@ -865,7 +1047,7 @@ def fill_mask(model, tok, # a `*ForMaskedLM` and its tokenizer
     model.train(was_training)
     return out
 
-# %% ../../nbs/09_training.ipynb #4a29ea51
+# %% ../../nbs/09_training.ipynb #8204aedb
 def config_from_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     "A `TrainConfig` from command-line flags named like its fields (`--lr 3e-4 --corpora brown bbc`)."
     p = argparse.ArgumentParser(description='Train NPM, NPM-single or the MLM baseline (npm_nb.npm.training).')
@@ -879,10 +1061,14 @@ def config_from_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     kw = {f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig)}
     return TrainConfig(**kw), a
 
+# %% ../../nbs/09_training.ipynb #9ae36f3a
 def main(argv=None):
     "Command-line entry point; joins the `torchrun` process group when `WORLD_SIZE` > 1."
-    try: cfg, a = config_from_args(argv)
-    except ValueError as e: print(f'error: {e}', file=sys.stderr); sys.exit(2)
+    try:
+        cfg, a = config_from_args(argv)
+    except ValueError as e:
+        print(f'error: {e}', file=sys.stderr)
+        sys.exit(2)
     if int(os.environ.get('WORLD_SIZE', 1)) > 1 and not dist.is_initialized():
         if torch.cuda.is_available():
             local = int(os.environ.get('LOCAL_RANK', 0))
@@ -891,13 +1077,19 @@ def main(argv=None):
             dist.init_process_group('cpu:gloo,cuda:nccl', device_id=torch.device('cuda', local))
         else: dist.init_process_group('gloo')
     if int(os.environ.get('RANK', 0)) == 0:
-        print(f"training {cfg.objective} from {cfg.model} into {cfg.out_dir or checkpoint_dir(cfg.profile, cfg.objective)} "
-              f"(profile {cfg.profile!r}: pass --profile to change it)", flush=True)
+        print(
+            f"training {cfg.objective} from {cfg.model} into "
+            f"{cfg.out_dir or checkpoint_dir(cfg.profile, cfg.objective)} "
+            f"(profile {cfg.profile!r}: pass --profile to change it)",
+            flush=True,
+        )
     try: print(train(cfg, resume=not a.no_resume))
     except (ValueError, FileNotFoundError, OSError, LockedError) as e:
-        print(f'error: {e}', file=sys.stderr); sys.exit(2)
+        print(f'error: {e}', file=sys.stderr)
+        sys.exit(2)
     finally:
         if dist.is_initialized(): dist.destroy_process_group()
 
 # %% ../../nbs/09_training.ipynb #d29a344c
-if __name__ == '__main__' and '__file__' in globals(): main()  # `python -m`; a notebook's Run All (no __file__) skips it
+if __name__ == '__main__' and '__file__' in globals():
+    main()  # `python -m`; a notebook's Run All (no __file__) skips it
