@@ -9,16 +9,9 @@ from npm_nb.models import load_tokenizer, tiny_encoder
 from npm_nb.data.blocks import build_blocks
 from npm_nb.npm import datastore as dsm
 from npm_nb.npm.datastore import Datastore, DocumentError, read_documents
+from conftest import raises
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def raises(fn, *parts, exc=Exception):
-    "Call `fn`; it must raise `exc` with every one of `parts` in its message (and no library traceback words)."
-    with pytest.raises(exc) as e: fn()
-    msg = str(e.value)
-    for p in parts: assert p in msg, f"{p!r} not in: {msg}"
-    return msg
 
 
 @pytest.fixture(scope='module')

@@ -19,6 +19,7 @@ from npm_nb.npm.inference import NPM, BM25Retriever
 from npm_nb.run.reference import reference_bm25
 from npm_nb.npm.training import TrainConfig, train, list_checkpoints, drop_final, is_published
 from npm_nb.run.batch import main as batch_main, make_demo_notebook
+from conftest import raises
 
 torch.set_num_threads(2)
 PY = sys.executable
@@ -30,13 +31,6 @@ DOCS = {'text': ['Thessaloniki is the second largest city in Greece.', 'Athens i
 MORE = {'text': ['The Tiber flows through Rome.'], 'id': ['d4']}
 Q = 'Thessaloniki is a city in [MASK].'
 VERB = {'greece': ['Greece', 'Athens'], 'korea': ['Korea', 'Seoul']}
-
-def raises(fn, *parts, exc=Exception):
-    "Call `fn`; it must raise `exc` whose message holds every part (the clear error of the fixed case)."
-    with pytest.raises(exc) as e: fn()
-    msg = str(e.value)
-    for p in parts: assert p in msg, f'{p!r} not in {msg!r}'
-    return msg
 
 def scribble(f, n=4096, byte=None, where=0.5):
     "Overwrite `n` bytes in the middle of `f` (random bytes by default), keeping its size."
