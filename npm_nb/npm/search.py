@@ -28,7 +28,8 @@ def available_memory(device='cpu', # 'cpu', 'cuda', 'cuda:1' or a torch.device
     device = torch.device(device)
     if device.type == 'cuda': return int(torch.cuda.mem_get_info(device)[0])
     try:
-        with open('/proc/meminfo') as f: return next(int(l.split()[1]) * 1024 for l in f if l.startswith('MemAvailable:'))
+        with open('/proc/meminfo') as f:
+            return next(int(l.split()[1]) * 1024 for l in f if l.startswith('MemAvailable:'))
     except (OSError, StopIteration): return None
 
 # %% ../../nbs/11_search.ipynb #24b2a942
@@ -40,9 +41,11 @@ def order_topk(s, # scores [Q, M]
     s, r = s.gather(1, o), r.gather(1, o)
     tie = (s[:, 1:] == s[:, :-1]).any(1)
     if bool(tie.any()):                                        # rare: settle those queries by (score, row) exactly
-        t = tie.nonzero()[:, 0]; ts, tr = s[t], r[t]
+        t = tie.nonzero()[:, 0]
+        ts, tr = s[t], r[t]
         key = torch.where(tr >= 0, tr, torch.full_like(tr, torch.iinfo(tr.dtype).max))
-        o = torch.argsort(key, dim=1, stable=True); ts, tr = ts.gather(1, o), tr.gather(1, o)
+        o = torch.argsort(key, dim=1, stable=True)
+        ts, tr = ts.gather(1, o), tr.gather(1, o)
         o = torch.argsort(ts, dim=1, descending=True, stable=True)
         s, r = s.index_put((t,), ts.gather(1, o)), r.index_put((t,), tr.gather(1, o))
     return s[:, :k], r[:, :k]
@@ -74,7 +77,8 @@ def _compact(s, # a chunk's scores [Q, C]
             ):
     "The kept entries of each query left-aligned in `[Q, m]`, in row order (padding: score -inf, row -1); and `m`."
     qi, ci = keep.nonzero(as_tuple=True)                        # row-major: queries in order, columns ascending
-    cnt = torch.bincount(qi, minlength=s.shape[0]); m = int(cnt.max()) if len(qi) else 0
+    cnt = torch.bincount(qi, minlength=s.shape[0])
+    m = int(cnt.max()) if len(qi) else 0
     cs = torch.full((s.shape[0], m), -math.inf, dtype=s.dtype, device=s.device)
     cr = torch.full((s.shape[0], m), -1, dtype=torch.int64, device=s.device)
     at = qi * m + torch.arange(len(qi), device=s.device) - (cnt.cumsum(0) - cnt)[qi]   # flat places in [Q, m]
@@ -88,7 +92,8 @@ def _cpu_bf16() -> bool:
     from npm_nb.npm.training import cpu_bf16_native
     return cpu_bf16_native()
 
-SAMPLE_STRIDE = 16   # CPU bf16: every 16th stored row sets each query's first threshold (kept first in the resident copy)
+# CPU bf16: every 16th stored row sets each query's first threshold (kept first in the resident copy)
+SAMPLE_STRIDE = 16
 
 # %% ../../nbs/11_search.ipynb #a35713e1
 def _tensor(x):
@@ -100,29 +105,37 @@ def _tensor(x):
 
 # %% ../../nbs/11_search.ipynb #56f44f44
 class ExactSearch:
-    "Exact top-k inner-product search over an fp16 store: the CPU's fastest matrix product, made exact (fp32 scores, exact top-k)."
+    "Exact top-k inner-product search over an fp16 store: the CPU's fastest matrix product, made exact."
     def __init__(self, vectors, # the store `[N, h]`: an fp16 memmap or array (or a `Datastore`)
                  device=None, # 'cpu' (default), 'cuda', 'cuda:1' or a torch.device
-                 resident: bool | None = None, # keep a copy on the device (CPU: bf16 or fp32 in RAM; GPU: fp16); None: if it fits
+                 resident: bool | None = None, # keep a copy on the device (CPU: bf16/fp32; GPU: fp16); None: if fits
                  memory: int | None = None, # bytes that copy may take (default: half of the free RAM / GPU memory)
-                 precision: str | None = None, # CPU: 'bf16' (default where the CPU computes bf16 natively) or 'fp32'; GPU: 'fp16' (default) or 'fp32'
-                 chunk: int | None = None, # store rows a matrix product (default: CPU as many as 512 MiB of scores allow; GPU 2^26 / query batch)
+                 precision: str | None = None, # CPU: 'bf16' (default if native), 'fp32'; GPU: 'fp16' (default), 'fp32'
+                 chunk: int | None = None, # store rows a product (default: CPU 512 MiB of scores, GPU 2^26/queries)
                  query_batch: int | None = None, # queries a pass over the store (default: CPU 1024, GPU 2048)
                  margin: int | None = None, # extra candidates rescored exactly (bf16 default 3k, fp16 default k/8 + 16)
                 ):
         self.vectors = getattr(vectors, 'vectors', vectors)
-        if len(self.vectors.shape) != 2: raise ValueError(f"the store must be [N, h], got shape {tuple(self.vectors.shape)}")
+        if len(self.vectors.shape) != 2:
+            raise ValueError(f"the store must be [N, h], got shape {tuple(self.vectors.shape)}")
         self.n, self.d = map(int, self.vectors.shape)
         self.device = torch.device(device or 'cpu')
         gpu = self.device.type == 'cuda'
         self.precision = precision or ('fp16' if gpu else 'bf16' if _cpu_bf16() else 'fp32')
-        if self.precision not in ('fp16', 'fp32', 'bf16'): raise ValueError(f"precision={precision!r}: use 'fp32', 'bf16' (CPU) or 'fp16' (GPU)")
+        if self.precision not in ('fp16', 'fp32', 'bf16'):
+            raise ValueError(f"precision={precision!r}: use 'fp32', 'bf16' (CPU) or 'fp16' (GPU)")
         if self.precision == 'fp16' and not gpu:
-            raise ValueError("precision='fp16' is for GPUs (a CPU has no fast fp16 matrix product): use 'bf16' or 'fp32' on the CPU")
-        if self.precision == 'bf16' and gpu: raise ValueError("precision='bf16' is for CPUs: on a GPU use 'fp16' (the default) or 'fp32'")
+            raise ValueError(
+                "precision='fp16' is for GPUs (a CPU has no fast fp16 matrix product): use 'bf16' or 'fp32' on the CPU"
+            )
+        if self.precision == 'bf16' and gpu:
+            raise ValueError("precision='bf16' is for CPUs: on a GPU use 'fp16' (the default) or 'fp32'")
         if self.precision == 'bf16' and not _cpu_bf16():
-            warnings.warn("precision='bf16' on a CPU without native bf16 (AVX512-BF16 / AMX): emulated, likely slower than fp32")
-        self.dtype = torch.float16 if gpu else torch.bfloat16 if self.precision == 'bf16' else torch.float32  # the resident copy's type
+            warnings.warn(
+                "precision='bf16' on a CPU without native bf16 (AVX512-BF16 / AMX): emulated, likely slower than fp32"
+            )
+        # the resident copy's type
+        self.dtype = torch.float16 if gpu else torch.bfloat16 if self.precision == 'bf16' else torch.float32
         self._norm_cap, self.stats = None, {}
         self.query_batch, self.chunk, self.margin = query_batch or (2048 if gpu else 1024), chunk, margin
         if resident is None:
@@ -139,21 +152,25 @@ def resident(self: ExactSearch) -> bool: return self.X is not None
 
 @patch
 def __repr__(self: ExactSearch):
-    where = f"resident {str(self.dtype)[6:]} ({self.nbytes / 2**20:,.0f} MiB)" if self.resident else 'streamed from the fp16 store'
+    where = (f"resident {str(self.dtype)[6:]} ({self.nbytes / 2**20:,.0f} MiB)" if self.resident
+             else 'streamed from the fp16 store')
     return f"ExactSearch(N={self.n:,}, h={self.d}, {self.device}, {where}, precision={self.precision})"
 
 # %% ../../nbs/11_search.ipynb #a75d342d
 @patch
 def _load(self: ExactSearch):
-    "The whole store on the device in `self.dtype`, filled chunk by chunk; a CPU bf16 copy holds rows 0, 16, 32, ... first (`self._perm[position] = row`)."
+    "The store on the device in `self.dtype`, chunk by chunk; a CPU bf16 copy puts rows 0, 16, ... first (`_perm`)."
     X = torch.empty((self.n, self.d), dtype=self.dtype, device=self.device)
     self._perm = None
     if self.device.type == 'cpu' and self.dtype == torch.bfloat16 and self.n >= 2 * SAMPLE_STRIDE:
         ns = -(-self.n // SAMPLE_STRIDE)                       # the sample, X[:ns], then the other rows in order
         for a in range(0, self.n, 1 << 18):                    # (1 << 18 is a multiple of the stride)
-            x = _tensor(self.vectors[a:a + (1 << 18)]); s = a // SAMPLE_STRIDE
-            rest = torch.ones(len(x), dtype=torch.bool); rest[::SAMPLE_STRIDE] = False
-            X[s:s + len(x[::SAMPLE_STRIDE])].copy_(x[::SAMPLE_STRIDE]); X[ns + a - s:ns + a - s + int(rest.sum())].copy_(x[rest])
+            x = _tensor(self.vectors[a : a + (1 << 18)])
+            s = a // SAMPLE_STRIDE
+            rest = torch.ones(len(x), dtype=torch.bool)
+            rest[::SAMPLE_STRIDE] = False
+            X[s : s + len(x[::SAMPLE_STRIDE])].copy_(x[::SAMPLE_STRIDE])
+            X[ns + a - s : ns + a - s + int(rest.sum())].copy_(x[rest])
         rows = torch.arange(self.n)
         self._perm = torch.cat([rows[::SAMPLE_STRIDE], rows[rows % SAMPLE_STRIDE != 0]])
         return X
@@ -170,7 +187,9 @@ def _spans(n: int, C: int, first: int):
     "Chunk boundaries: `first` rows, then doubling up to `C` rows a chunk."
     a, size = 0, max(1, min(first, C))
     while a < n:
-        yield a, min(n, a + size); a += size; size = min(C, 2 * size)
+        yield a, min(n, a + size)
+        a += size
+        size = min(C, 2 * size)
 
 # %% ../../nbs/11_search.ipynb #bf58e445
 @patch
@@ -178,7 +197,9 @@ def _chunks(self: ExactSearch, C: int, first: int):
     "Yield `(first row, rows [<= C, h])` on the device; the first chunks are smaller (see `_search_batch`)."
     buf = torch.empty((C, self.d), dtype=self.dtype) if self.X is None and self.device.type == 'cpu' else None
     for a, b in _spans(self.n, C, first):
-        if self.X is not None: yield a, self.X[a:b]; continue
+        if self.X is not None:
+            yield a, self.X[a:b]
+            continue
         x = _tensor(self.vectors[a:b])
         if buf is None: yield a, x.pin_memory().to(self.device, non_blocking=True).to(self.dtype)
         elif x.dtype == self.dtype: yield a, x                     # already fp32 (e.g. a float32 array)
@@ -197,7 +218,8 @@ def _scores(self: ExactSearch, q, X):
 @patch
 def _gather(self: ExactSearch, rows):
     "The stored vectors of `rows` (any shape, all >= 0) in fp32 on the device, `[*rows.shape, h]`."
-    if self.X is not None and self.X.dtype != torch.bfloat16: return self.X[rows].float()   # (a bf16 copy is not the store)
+    if self.X is not None and self.X.dtype != torch.bfloat16:
+        return self.X[rows].float()  # (a bf16 copy is not the store)
     if self.device.type == 'cpu' and not isinstance(self.vectors, np.memmap):   # in memory: read the rows directly
         if getattr(self, '_store', None) is None: self._store = _tensor(self.vectors)
         return self._store.index_select(0, rows.reshape(-1)).float().view(*rows.shape, self.d)
@@ -208,11 +230,13 @@ def _gather(self: ExactSearch, rows):
 @patch
 def _exact(self: ExactSearch, q, rows):
     "Exact fp32 inner products of queries `q [Q, h]` with their `rows [Q, K]` (-inf where rows < 0)."
-    ok = rows >= 0; r = torch.where(ok, rows, torch.zeros_like(rows))
+    ok = rows >= 0
+    r = torch.where(ok, rows, torch.zeros_like(rows))
     out = torch.empty(rows.shape, dtype=torch.float32, device=self.device)
     sub = max(1, (1 << 27) // max(1, rows.shape[1] * self.d))   # queries a step (512 MB of fp32 vectors)
-    for b in range(0, len(q), sub):                              # `[1, h] × [h, K]` a query: 3x faster than `[K, h] × [h, 1]`
-        out[b:b + sub] = torch.bmm(q[b:b + sub, None, :].float(), self._gather(r[b:b + sub]).transpose(1, 2))[:, 0]
+    for b in range(0, len(q), sub):  # `[1, h] × [h, K]` a query: 3x faster than `[K, h] × [h, 1]`
+        qs, xs = q[b:b + sub, None, :].float(), self._gather(r[b:b + sub]).transpose(1, 2)
+        out[b:b + sub] = torch.bmm(qs, xs)[:, 0]
     return torch.where(ok, out, torch.full_like(out, -math.inf))
 
 # %% ../../nbs/11_search.ipynb #f42dfc65
@@ -224,7 +248,8 @@ def scores(self: ExactSearch, q, # queries `[Q, h]` (float32)
     "Exact inner products `[Q, K]` of each query with its rows, fp32 (`-inf` where the row is -1)."
     q = torch.from_numpy(np.atleast_2d(np.asarray(q, np.float32))).to(self.device)
     rows = torch.from_numpy(np.atleast_2d(np.asarray(rows, np.int64))).to(self.device)
-    if rows.numel() and int(rows.max()) >= self.n: raise IndexError(f"row {int(rows.max())} is out of range: N = {self.n}")
+    if rows.numel() and int(rows.max()) >= self.n:
+        raise IndexError(f"row {int(rows.max())} is out of range: N = {self.n}")
     return self._exact(q, rows).cpu().numpy()
 
 # %% ../../nbs/11_search.ipynb #ae82cd22
@@ -245,12 +270,18 @@ def _search_batch(self: ExactSearch, q, k: int):
             h = (_count(keep) > 4 * k).nonzero()[:, 0]
             keep[h] &= s[h] >= torch.topk(s[h], k, dim=1, sorted=False).values.min(1, keepdim=True).values
             cs, cr, m = _compact(s, keep, a)
-        pend.append((cs, cr)); n_pend += m
+        pend.append((cs, cr))
+        n_pend += m
         if n_pend >= k:                                            # merge when there is enough to raise the thresholds
-            run_s, run_r = merge_topk(run_s, run_r, torch.cat([x for x, _ in pend], 1), torch.cat([r for _, r in pend], 1), k)
+            run_s, run_r = merge_topk(
+                run_s, run_r, torch.cat([x for x, _ in pend], 1), torch.cat([r for _, r in pend], 1), k
+            )
             pend, n_pend = [], 0
             if run_s.shape[1] >= k: thr = run_s.min(1, keepdim=True).values
-    if pend: run_s, run_r = merge_topk(run_s, run_r, torch.cat([x for x, _ in pend], 1), torch.cat([r for _, r in pend], 1), k)
+    if pend:
+        run_s, run_r = merge_topk(
+            run_s, run_r, torch.cat([x for x, _ in pend], 1), torch.cat([r for _, r in pend], 1), k
+        )
     return run_s, run_r
 
 # %% ../../nbs/11_search.ipynb #ce568396
@@ -274,7 +305,8 @@ def search(self: ExactSearch, q, # queries `[Q, h]` (or `[h]`), float32
         s, r = self._search_batch(qb.half() if fp16 else qb, kk)
         if fp16: s = self._exact(qb, r)                            # the exact fp32 scores of the candidates
         s, r = order_topk(s, r, k)
-        S.append(s.cpu().numpy()); R.append(r.cpu().numpy())
+        S.append(s.cpu().numpy())
+        R.append(r.cpu().numpy())
     return np.concatenate(S), np.concatenate(R)
 
 # %% ../../nbs/11_search.ipynb #20e6b469
@@ -304,32 +336,75 @@ def _rows_of(self: ExactSearch, a: int, b: int, dtype):
     if getattr(self, '_X32', None) is not None and dtype == torch.float32: return self._X32[a:b]
     return _tensor(self.vectors[a:b]).to(dtype)
 
-BF16_MAX_SHORTLIST = 256  # bf16 only while the shortlist k + margin is at most N / this: past it, screening and rescoring (which grow with k) cost about what bf16 saves (measured above)
+# bf16 only while the shortlist k + margin is at most N / this: past it, screening and rescoring (which grow with k)
+# cost about what bf16 saves (measured above)
+BF16_MAX_SHORTLIST = 256
 
 # %% ../../nbs/11_search.ipynb #0740de8d
 @patch
 def _dense_top(self: ExactSearch, q, # queries `[Q, h]` in the product's dtype (fp32: exact; bf16: a shortlist)
                K: int):
-    "Per query the best `K` rows, unordered, one matrix product a row range: fp32 exact (ties: lower rows), bf16 as scored."
+    "Per query the best `K` rows, unordered, one product a row range: fp32 exact (ties: lower rows), bf16 as scored."
     exact = q.dtype == torch.float32
     C = int(self.chunk) if self.chunk else max(K, SCORE_BYTES // max(1, len(q) * q.element_size()))
     S = R = None
     for a in range(0, self.n, C):
         s = q @ self._rows_of(a, min(self.n, a + C), q.dtype).T
-        v, i = torch.topk(s, min(K, s.shape[1]), dim=1, sorted=False); i = i + a
-        if exact:                                                  # more rows at the K-th score than places: lower rows win
+        v, i = torch.topk(s, min(K, s.shape[1]), dim=1, sorted=False)
+        i = i + a
+        if exact:  # more rows at the K-th score than places: lower rows win
             lo = v.min(1, keepdim=True).values
             tie = _count(s >= lo) > v.shape[1]
             if bool(tie.any()):
-                t = tie.nonzero()[:, 0]; cs, cr, _ = _compact(s[t], s[t] >= lo[t], a)
-                ts, tr = order_topk(cs, cr, v.shape[1]); v, i = v.index_put((t,), ts), i.index_put((t,), tr)
+                t = tie.nonzero()[:, 0]
+                cs, cr, _ = _compact(s[t], s[t] >= lo[t], a)
+                ts, tr = order_topk(cs, cr, v.shape[1])
+                v, i = v.index_put((t,), ts), i.index_put((t,), tr)
         if S is None: S, R = v, i
         elif exact: S, R = merge_topk(S, R, v, i, K)
         else:
-            v = torch.cat([S, v], 1); v, j = torch.topk(v, min(K, v.shape[1]), dim=1, sorted=False)
+            v = torch.cat([S, v], 1)
+            v, j = torch.topk(v, min(K, v.shape[1]), dim=1, sorted=False)
             S, R = v, torch.cat([R, i], 1).gather(1, j)
-    if getattr(self, '_perm', None) is not None and self.X is not None and q.dtype == self.X.dtype: R = self._perm[R]   # positions -> rows
+    if getattr(self, '_perm', None) is not None and self.X is not None and q.dtype == self.X.dtype:
+        R = self._perm[R]  # positions -> rows
     return S, R
+
+# %% ../../nbs/11_search.ipynb #7fd5e394
+def _bf16_top(self, qb, # fp32 queries `[Q, h]`, one batch
+              k: int, K: int, # neighbours, and candidates a first shortlist
+              st: dict, # counts of certified, widened and fp32 queries, updated
+             ):
+    "`(scores, rows)` from the certified bf16 shortlist, widened where its certificate fails, fp32 where it still does."
+    s = torch.empty((len(qb), k))
+    r = torch.empty((len(qb), k), dtype=torch.int64)
+    bound = bf16_error_bound(self.d) * self._max_norm() * qb.norm(dim=1)  # c·|q|·max|x|, per query
+    todo, tries = torch.arange(len(qb)), [K, 4 * K]
+    if self.X is not None and self.X.dtype == torch.bfloat16:  # resident bf16: the streamed shortlist (below)
+        st_, rt, ok, L = _bf16_certified(self, qb, k, K, bound)
+        s[ok], r[ok] = st_[ok], rt[ok]
+        st['certified'] += int(ok.sum())
+        todo, tries = todo[~ok], []
+        if len(todo):  # widened: every row above L - c|q|max|x|, streamed again
+            st_, rt, ok, _ = _bf16_certified(self, qb[todo], k, K, bound[todo], _bf16_below(L[todo] - bound[todo]))
+            s[todo[ok]], r[todo[ok]] = st_[ok], rt[ok]
+            st['widened'] += int(ok.sum())
+            todo = todo[~ok]
+    for attempt, K in enumerate(tries):
+        if not len(todo):
+            break
+        K = min(self.n, K)
+        v, rt = self._dense_top(qb[todo].bfloat16(), K)
+        st_, rt = order_topk(self._exact(qb[todo], rt), rt, k)  # exact fp32 scores, exact order
+        t = v.min(1).values.float() if K < self.n else torch.full((len(todo),), -math.inf)
+        ok = t + bound[todo] < st_[:, -1]
+        s[todo[ok]], r[todo[ok]] = st_[ok], rt[ok]
+        st['certified' if attempt == 0 else 'widened'] += int(ok.sum())
+        todo = todo[~ok]
+    if len(todo):  # still uncertain: fp32, exact
+        s[todo], r[todo] = order_topk(*self._dense_top(qb[todo], k), k)
+        st['fp32'] += len(todo)
+    return s, r
 
 # %% ../../nbs/11_search.ipynb #f4e3a1f4
 def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
@@ -340,39 +415,26 @@ def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
     for b in range(0, len(q), self.query_batch):
         qb = torch.from_numpy(q[b:b + self.query_batch])
         K = min(self.n, k + (self.margin if self.margin is not None else 3 * k))
-        if self.precision == 'bf16' and K * BF16_MAX_SHORTLIST > self.n and self.X is not None and getattr(self, '_X32', None) is None:
-            free = (available_memory('cpu') or 0) // 2   # a long shortlist: the fp32 product is faster; keep an fp32 copy if it fits
-            if 4 * self.n * self.d <= free: self._X32 = _tensor(np.asarray(self.vectors)).float()
-        if self.precision == 'fp32' and self.X is not None and self.X.dtype == torch.float32 and K * BF16_MAX_SHORTLIST <= self.n:
-            s, r, ok = _fp32_streamed(self, qb, k, K)                      # resident fp32: streamed per core as bf16 below
-            st['certified'] += int(ok.sum()); todo = (~ok).nonzero()[:, 0]
-            if len(todo): s[todo], r[todo] = order_topk(*self._dense_top(qb[todo], k), k); st['fp32'] += len(todo)
+        if (self.precision == 'bf16' and K * BF16_MAX_SHORTLIST > self.n and self.X is not None
+                and getattr(self, '_X32', None) is None):
+            # a long shortlist: the fp32 product is faster; keep an fp32 copy if it fits
+            free = (available_memory('cpu') or 0) // 2
+            if 4 * self.n * self.d <= free:
+                self._X32 = _tensor(np.asarray(self.vectors)).float()
+        if (self.precision == 'fp32' and self.X is not None and self.X.dtype == torch.float32
+                and K * BF16_MAX_SHORTLIST <= self.n):
+            s, r, ok = _fp32_streamed(self, qb, k, K)  # resident fp32: streamed per core as bf16 below
+            st['certified'] += int(ok.sum())
+            todo = (~ok).nonzero()[:, 0]
+            if len(todo):
+                s[todo], r[todo] = order_topk(*self._dense_top(qb[todo], k), k)
+                st['fp32'] += len(todo)
         elif self.precision == 'fp32' or K * BF16_MAX_SHORTLIST > self.n:
             s, r = order_topk(*self._dense_top(qb, k), k)
-        else:
-            s = torch.empty((len(qb), k)); r = torch.empty((len(qb), k), dtype=torch.int64)
-            bound = bf16_error_bound(self.d) * self._max_norm() * qb.norm(dim=1)   # c·|q|·max|x|, per query
-            todo, tries = torch.arange(len(qb)), [K, 4 * K]
-            if self.X is not None and self.X.dtype == torch.bfloat16:   # resident bf16: the streamed shortlist (below)
-                st_, rt, ok, L = _bf16_certified(self, qb, k, K, bound)
-                s[ok], r[ok] = st_[ok], rt[ok]; st['certified'] += int(ok.sum()); todo, tries = todo[~ok], []
-                if len(todo):                                       # widened: every row above L - c|q|max|x|, streamed again
-                    st_, rt, ok, _ = _bf16_certified(self, qb[todo], k, K, bound[todo], _bf16_below(L[todo] - bound[todo]))
-                    s[todo[ok]], r[todo[ok]] = st_[ok], rt[ok]; st['widened'] += int(ok.sum()); todo = todo[~ok]
-            for attempt, K in enumerate(tries):
-                if not len(todo): break
-                K = min(self.n, K)
-                v, rt = self._dense_top(qb[todo].bfloat16(), K)
-                st_, rt = order_topk(self._exact(qb[todo], rt), rt, k)       # exact fp32 scores, exact order
-                t = v.min(1).values.float() if K < self.n else torch.full((len(todo),), -math.inf)
-                ok = t + bound[todo] < st_[:, -1]
-                s[todo[ok]], r[todo[ok]] = st_[ok], rt[ok]
-                st['certified' if attempt == 0 else 'widened'] += int(ok.sum())
-                todo = todo[~ok]
-            if len(todo):                                                   # still uncertain: fp32, exact
-                s[todo], r[todo] = order_topk(*self._dense_top(qb[todo], k), k); st['fp32'] += len(todo)
+        else: s, r = _bf16_top(self, qb, k, K, st)
         st['queries'] += len(qb)
-        S.append(s.numpy()); R.append(r.numpy())
+        S.append(s.numpy())
+        R.append(r.numpy())
     self.stats = st
     return np.concatenate(S), np.concatenate(R)
 
@@ -387,11 +449,13 @@ def _above_flat(s, # bf16 (or fp32) scores `[Q, C]` of store rows `offset...`
                 thr, # per query `[Q, 1]`, same dtype
                 offset: int, # the chunk's first row
                ):
-    "The entries of `s` above `thr` as flat `(queries, scores, rows)`, fast: screened by column groups, compared as int16 (int32) bits."
-    Q, C = s.shape; it = {torch.bfloat16: torch.int16, torch.float32: torch.int32}.get(s.dtype)
-    C0 = C - C % GROUP                                            # a chunk's last columns (< 32) are compared one by one
+    "The entries of `s` above `thr`, flat `(queries, scores, rows)`: screened by column groups, compared as bits."
+    Q, C = s.shape
+    it = {torch.bfloat16: torch.int16, torch.float32: torch.int32}.get(s.dtype)
+    C0 = C - C % GROUP  # a chunk's last columns (< 32) are compared one by one
     if it is None or not C0 or not bool((thr > 0).all()):        # (the bits order positive numbers only)
-        qi, ci = (s > thr).nonzero(as_tuple=True); return qi, s[qi, ci], ci + offset
+        qi, ci = (s > thr).nonzero(as_tuple=True)
+        return qi, s[qi, ci], ci + offset
     s0 = s if C0 == C else s[:, :C0].contiguous()
     s3, t = s0.view(it).view(Q, GROUP, C0 // GROUP), thr.view(it)
     qi, j = (s3.amax(1) > t).nonzero(as_tuple=True)              # groups (columns j, j + C/32, ...) with a score above
@@ -408,11 +472,15 @@ def _pack(qi, v, r, # flat entries: queries, scores, rows
           Q: int): # queries
     "Flat entries as `[Q, m]` (scores, rows; padding -inf, row -1), each query's in the given order, and `m`."
     if len(qi) and not bool((qi[1:] >= qi[:-1]).all()):          # by query, stably
-        o = torch.argsort(qi, stable=True); qi, v, r = qi[o], v[o], r[o]
-    cnt = torch.bincount(qi, minlength=Q); m = int(cnt.max()) if len(qi) else 0
-    cs = torch.full((Q, m), -math.inf, dtype=v.dtype); cr = torch.full((Q, m), -1, dtype=torch.int64)
+        o = torch.argsort(qi, stable=True)
+        qi, v, r = qi[o], v[o], r[o]
+    cnt = torch.bincount(qi, minlength=Q)
+    m = int(cnt.max()) if len(qi) else 0
+    cs = torch.full((Q, m), -math.inf, dtype=v.dtype)
+    cr = torch.full((Q, m), -1, dtype=torch.int64)
     at = qi * m + torch.arange(len(qi)) - (cnt.cumsum(0) - cnt)[qi]
-    cs.view(-1)[at] = v; cr.view(-1)[at] = r
+    cs.view(-1)[at] = v
+    cr.view(-1)[at] = r
     return cs, cr, m
 
 # %% ../../nbs/11_search.ipynb #86aa4026
@@ -434,52 +502,66 @@ def _stream_top(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 resident co
                 k: int = 1, # ... but let the threshold rise no higher than the k-th best so far less `gap`
                 gap=None, # `[Q, 1]` fp32 (default 0)
                ):
-    "One worker: bf16 products over rows `a0:b0` chunk by chunk, the rows above the thresholds (flat: queries, scores, rows), and the thresholds at the end."
+    "One worker: bf16 products over rows `a0:b0`, by chunks; the rows above the thresholds (flat), the last thresholds."
     C, Q = int(self.chunk) if self.chunk else CHUNK_ROWS, len(qb)
     qs, vs, rs, cnt = [], [], [], torch.zeros(Q, dtype=torch.int64)
     for a in range(a0, b0, C):
         qi, v, r = _above_flat(qb @ self.X[a:min(b0, a + C)].T, thr, a)
         if not len(qi): continue
-        qs.append(qi); vs.append(v); rs.append(r)
+        qs.append(qi)
+        vs.append(v)
+        rs.append(r)
         if K is None: continue
         cnt += torch.bincount(qi, minlength=Q)
         if int(cnt.max()) >= 4 * K:                               # many above: a higher threshold, about the K-th best
             qi, v, r = torch.cat(qs), torch.cat(vs), torch.cat(rs)
-            top = torch.topk(_pack(qi, v, r, Q)[0], K, dim=1, sorted=False).values; up = top.min(1, keepdim=True).values
-            if gap is not None: up = torch.minimum(up, _bf16_below(torch.topk(top, k, dim=1).values[:, -1].float() - gap[:, 0]))
+            top = torch.topk(_pack(qi, v, r, Q)[0], K, dim=1, sorted=False).values
+            up = top.min(1, keepdim=True).values
+            if gap is not None:
+                up = torch.minimum(up, _bf16_below(torch.topk(top, k, dim=1).values[:, -1].float() - gap[:, 0]))
             thr = torch.maximum(thr, up)
             keep = v > thr[qi, 0]                                 # every row dropped scores at most thr
-            qs, vs, rs = [qi[keep]], [v[keep]], [r[keep]]; cnt = torch.bincount(qs[0], minlength=Q)
-    if not qs: return torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=qb.dtype), torch.empty(0, dtype=torch.int64), thr
+            qs, vs, rs = [qi[keep]], [v[keep]], [r[keep]]
+            cnt = torch.bincount(qs[0], minlength=Q)
+    if not qs:
+        return torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=qb.dtype), torch.empty(0, dtype=torch.int64), thr
     return torch.cat(qs), torch.cat(vs), torch.cat(rs), thr
 
 # %% ../../nbs/11_search.ipynb #11d1d850
-def _bf16_shortlist(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 resident copy: the same in fp32)
-                    K: int, # about this many rows a query (the first threshold: the sample's ⌈K/16⌉-th score)
-                    thr=None, # or given thresholds `[Q, 1]` (bf16): every row above them, none dropped
-                    k: int = 1, gap=None, # thresholds stay below the k-th best bf16 score less `gap` `[Q]` (the sample's estimate at first)
-                   ):
-    "Per query the rows above a threshold (about the best `K`; padding: row -1) with their bf16 scores, and the threshold `t` `[Q]`: every other row scores at most `t`."
+def _bf16_shortlist(
+    self,
+    qb,  # bf16 queries `[Q, h]` (fp32 with an fp32 resident copy: the same in fp32)
+    K: int,  # about this many rows a query (the first threshold: the sample's ⌈K/16⌉-th score)
+    thr=None,  # or given thresholds `[Q, 1]` (bf16): every row above them, none dropped
+    k: int = 1,
+    gap=None,  # thresholds stay below the k-th best bf16 score less `gap` `[Q]` (the sample's estimate at first)
+):
+    "Per query the rows above a threshold `t` (about the best `K`; padding: row -1), their bf16 scores, and `t` `[Q]`."
     perm, first, a0 = getattr(self, '_perm', None), [], 0
     if thr is None:
         ns = -(-self.n // SAMPLE_STRIDE)
-        if getattr(self, '_sample', None) is None:             # a bf16 copy holds the sample first: a view, else a copy
+        if getattr(self, '_sample', None) is None:  # a bf16 copy holds the sample first: a view, else a copy
             self._sample = self.X[:ns] if perm is not None else self.X[::SAMPLE_STRIDE].contiguous()
         s0 = qb @ self._sample.T
         top = torch.topk(s0, max(1, min(s0.shape[1], -(-K // SAMPLE_STRIDE))), dim=1).values
         thr = top[:, -1:]
-        if gap is not None: thr = torch.minimum(thr, _bf16_below(top[:, min(top.shape[1], -(-k // SAMPLE_STRIDE)) - 1].float() - gap))
+        if gap is not None:
+            thr = torch.minimum(thr, _bf16_below(top[:, min(top.shape[1], -(-k // SAMPLE_STRIDE)) - 1].float() - gap))
         keep = K
-        if perm is not None: first, a0 = [_above_flat(s0, thr, 0)], ns    # the sample's rows: screened here, not scored again
-    else: keep = None
+        if perm is not None:
+            first, a0 = [_above_flat(s0, thr, 0)], ns  # the sample's rows: screened here, not scored again
+    else:
+        keep = None
     C = int(self.chunk) if self.chunk else CHUNK_ROWS
     w = max(1, min(torch.get_num_threads(), (self.n - a0) // C))
-    cuts = [a0 + (self.n - a0) * i // w // GROUP * GROUP for i in range(w)] + [self.n]   # equal shares, whole groups
+    cuts = [a0 + (self.n - a0) * i // w // GROUP * GROUP for i in range(w)] + [self.n]  # equal shares, whole groups
     g = None if gap is None else gap[:, None].float()
     outs = _on_cores(lambda i: _stream_top(self, qb, thr, cuts[i], cuts[i + 1], keep, k, g), w)
     t = torch.stack([o[3][:, 0] for o in outs], 1).max(1).values.float()
     qi, v, r = (torch.cat([o[j] for o in first + outs]) for j in range(3))
-    S, R, _ = _pack(qi, v, r if perm is None else perm[r], len(qb))   # one padded matrix (positions -> rows), no padding per chunk
+    S, R, _ = _pack(
+        qi, v, r if perm is None else perm[r], len(qb)
+    )  # one padded matrix (positions -> rows), no padding per chunk
     return S.float(), R, t
 
 # %% ../../nbs/11_search.ipynb #9dec1bae
@@ -488,15 +570,21 @@ def _rescore(self, q, # fp32 queries `[Q, h]`
              k: int,
              bound, # `c·|q|·max|x|` per query `[Q]`
             ):
-    "`(scores, rows, L)`: the exact fp32 top-`k` among the shortlist's rows that can be in it, and `L`, the lowest exact score of its bf16 top-`k`."
-    j1 = torch.topk(S, k, dim=1, sorted=False).indices; R1 = R.gather(1, j1)
-    e1 = self._exact(q, R1); L = e1.min(1).values                # L <= the true k-th score
-    need = (S >= (L - bound)[:, None]) & (R >= 0); need.scatter_(1, j1, False)
-    qi, pos = need.nonzero(as_tuple=True); rows = R[qi, pos]      # each read once, in a flat list
+    "`(scores, rows, L)`: the exact top-`k` among the shortlist's rows that can be in it; `L`: its bf16 top-`k`'s min."
+    j1 = torch.topk(S, k, dim=1, sorted=False).indices
+    R1 = R.gather(1, j1)
+    e1 = self._exact(q, R1)
+    L = e1.min(1).values  # L <= the true k-th score
+    need = (S >= (L - bound)[:, None]) & (R >= 0)
+    need.scatter_(1, j1, False)
+    qi, pos = need.nonzero(as_tuple=True)
+    rows = R[qi, pos]  # each read once, in a flat list
     e2 = (self._gather(rows) * q[qi]).sum(1)
-    cnt = torch.bincount(qi, minlength=len(q)); m = int(cnt.max()) if len(qi) else 0
+    cnt = torch.bincount(qi, minlength=len(q))
+    m = int(cnt.max()) if len(qi) else 0
     at = qi * m + torch.arange(len(qi)) - (cnt.cumsum(0) - cnt)[qi]
-    s2 = torch.full((len(q), m), -math.inf); r2 = torch.full((len(q), m), -1, dtype=torch.int64)
+    s2 = torch.full((len(q), m), -math.inf)
+    r2 = torch.full((len(q), m), -1, dtype=torch.int64)
     s2.view(-1)[at], r2.view(-1)[at] = e2, rows
     s, r = order_topk(torch.cat([e1, s2], 1), torch.cat([R1, r2], 1), k)
     return s, r, L
@@ -507,31 +595,54 @@ def _bf16_certified(self, qb, # fp32 queries `[Q, h]`
                     bound, # `c·|q|·max|x|` per query `[Q]`
                     thr=None, # bf16 thresholds `[Q, 1]` for the shortlist (default: from the sample)
                    ):
-    "`(scores, rows, certified, L)`: the exact fp32 top-`k` of each query from the streamed bf16 shortlist, whether its certificate holds, and `L`."
+    "`(scores, rows, certified, L)`: each query's exact top-`k` from the bf16 shortlist, whether its certificate holds."
     S, R, t = _bf16_shortlist(self, qb.bfloat16(), K, thr, k, 2 * bound)
     if S.shape[1] < k:
-        return torch.zeros((len(qb), k)), torch.zeros((len(qb), k), dtype=torch.int64), torch.zeros(len(qb), dtype=torch.bool), torch.full((len(qb),), -math.inf)
+        return (
+            torch.zeros((len(qb), k)),
+            torch.zeros((len(qb), k), dtype=torch.int64),
+            torch.zeros(len(qb), dtype=torch.bool),
+            torch.full((len(qb),), -math.inf),
+        )
     w = max(1, min(torch.get_num_threads(), len(qb) // 8))       # rescoring: the queries split between the cores
     cuts = [len(qb) * i // w for i in range(w + 1)]
-    outs = _on_cores(lambda i: _rescore(self, qb[cuts[i]:cuts[i + 1]], S[cuts[i]:cuts[i + 1]], R[cuts[i]:cuts[i + 1]], k, bound[cuts[i]:cuts[i + 1]]), w)
+    outs = _on_cores(
+        lambda i: _rescore(
+            self,
+            qb[cuts[i] : cuts[i + 1]],
+            S[cuts[i] : cuts[i + 1]],
+            R[cuts[i] : cuts[i + 1]],
+            k,
+            bound[cuts[i] : cuts[i + 1]],
+        ),
+        w,
+    )
     s, r, L = (torch.cat(x) for x in zip(*outs))
     return s, r, t + bound < L, L
 
 # %% ../../nbs/11_search.ipynb #8e46e33b
 def _bf16_below(x):
     "Per value of `x` (fp32 `[Q]`) the largest bf16 number strictly below it, `[Q, 1]`."
-    v = x.bfloat16(); i = v.view(torch.int16)
-    down = torch.where(v > 0, i - 1, torch.where(v < 0, i + 1, torch.full_like(i, -32767)))   # one bf16 step towards -inf (0: -tiny)
+    v = x.bfloat16()
+    i = v.view(torch.int16)
+    down = torch.where(
+        v > 0, i - 1, torch.where(v < 0, i + 1, torch.full_like(i, -32767))
+    )  # one bf16 step towards -inf (0: -tiny)
     v = torch.where((v.float() < x) | torch.isneginf(x), v, down.view(torch.bfloat16))
     return v[:, None]
 
 # %% ../../nbs/11_search.ipynb #821735b1
 def _fp32_streamed(self, q, # fp32 queries `[Q, h]`, the store resident in fp32
                    k: int, K: int):
-    "`(scores, rows, exact)`: the fp32 top-`k` from the streamed shortlist of the fp32 products; exact where the k-th score is above `t`."
+    "`(scores, rows, exact)`: the top-`k` of the streamed shortlist of fp32 products; exact where the k-th beats `t`."
     S, R, t = _bf16_shortlist(self, q, K)
-    if S.shape[1] < k: return torch.zeros((len(q), k)), torch.zeros((len(q), k), dtype=torch.int64), torch.zeros(len(q), dtype=torch.bool)
-    s, r = order_topk(S, R, k)                                     # the scores are the fp32 ones: only the order to settle
+    if S.shape[1] < k:
+        return (
+            torch.zeros((len(q), k)),
+            torch.zeros((len(q), k), dtype=torch.int64),
+            torch.zeros(len(q), dtype=torch.bool),
+        )
+    s, r = order_topk(S, R, k)  # the scores are the fp32 ones: only the order to settle
     return s, r, s[:, -1] > t                                      # every row left out scores at most t
 
 # %% ../../nbs/11_search.ipynb #8330461c
@@ -541,10 +652,16 @@ def matmul_rate(device='cpu', # where to measure
                 reps: int = 3, # the best of this many
                ) -> float:
     "Measured matrix-product rate in FLOP/s (square `n × n` products, the best of `reps`)."
-    device = torch.device(device); dtype = dtype or (torch.float16 if device.type == 'cuda' else torch.float32)
+    device = torch.device(device)
+    dtype = dtype or (torch.float16 if device.type == 'cuda' else torch.float32)
     a, b = torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
     sync = torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
-    a @ b; sync(); best = math.inf
+    a @ b
+    sync()
+    best = math.inf
     for _ in range(reps):
-        t = time.perf_counter(); a @ b; sync(); best = min(best, time.perf_counter() - t)
+        t = time.perf_counter()
+        a @ b
+        sync()
+        best = min(best, time.perf_counter() - t)
     return 2 * n ** 3 / best
