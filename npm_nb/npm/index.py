@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 from ..core import atomic_path, atomic_write_json, read_json, file_checksum, check_setting
 from .datastore import store_fingerprint, check_store_record
 from .search import ExactSearch
+from fastcore.basics import patch
 
 
 class _LazyFaiss:
@@ -39,6 +40,7 @@ def _chunks(vectors, size: int = 65_536, desc: str = 'add', progress: bool = Tru
         for s in range(0, n, size):
             yield s, np.ascontiguousarray(vectors[s:s + size], dtype=np.float32); bar.update(min(size, n - s))
 
+# %% ../../nbs/12_index.ipynb #375036e2
 def training_sample(vectors, train_size: int = 100_000, seed: int = 0) -> np.ndarray:
     "A float32 random sample of at most `train_size` rows of `vectors` (all rows when there are fewer)."
     n = len(vectors)
@@ -59,10 +61,12 @@ def default_nlist(n: int, # vectors in the index
     cap = n if train_size is None else min(n, train_size)
     return int(max(1, min(4 * math.sqrt(n), cap // 39)))
 
+# %% ../../nbs/12_index.ipynb #fcbd5835
 def faiss_has_gpu() -> bool:
     "True when the installed FAISS was built with GPU support and sees a GPU."
     return hasattr(faiss, 'StandardGpuResources') and faiss.get_num_gpus() > 0
 
+# %% ../../nbs/12_index.ipynb #67994e0d
 def _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, hnsw_storage='fp16'):
     "An empty FAISS index of `kind` for `d`-dimensional vectors, ranking by inner product (HNSW: vectors in fp16 or fp32)."
     if kind == 'flat': return faiss.IndexFlatIP(d)
@@ -87,11 +91,6 @@ class VectorIndex:
         self.index, self.kind, self.params, self.store = index, kind, dict(params), None
         if store is not None: self.attach(store)
 
-    def __len__(self): return int(self.params['n'])
-    def __repr__(self):
-        p = {k: v for k, v in self.params.items() if v is not None}
-        return f"VectorIndex({self.kind}, {p}, store={'attached' if self.store is not None else 'none'})"
-
     def attach(self, store):
         "Attach the fp16 store (an array `[N, h]` or a `Datastore`) used for exact rescoring; it must match the index."
         vec = getattr(store, 'vectors', store)
@@ -100,65 +99,83 @@ class VectorIndex:
         check_store_record(self.params.get('store'), store, 'this index', 'rebuild the index (build_index(ds))')
         self.store = vec; return self
 
-    def set_search(self, nprobe: int | None = None, ef_search: int | None = None):
-        "Change the search-time knobs (IVF `nprobe`, HNSW `ef_search`); they are saved with the index."
-        if nprobe is not None and self.kind == 'ivfpq':
-            self.params['nprobe'] = nprobe
-            try: self.index.nprobe = nprobe
-            except AttributeError: faiss.GpuParameterSpace().set_index_parameter(self.index, 'nprobe', nprobe)
-            if getattr(self, '_cpu_copy', None) is not None: self._cpu_copy.nprobe = nprobe
-        if ef_search is not None and self.kind == 'hnsw': self.params['ef_search'] = ef_search; self.index.hnsw.efSearch = ef_search
-        return self
+# %% ../../nbs/12_index.ipynb #4a7f5a5c
+@patch
+def __len__(self: VectorIndex): return int(self.params['n'])
 
-    def effective_ef_search(self, k: int) -> int | None:
-        "The breadth HNSW really searches with: FAISS uses `ef_search` as set, also below `k` (None: not HNSW)."
-        return int(self.params['ef_search']) if self.kind == 'hnsw' else None
+@patch
+def __repr__(self: VectorIndex):
+    p = {k: v for k, v in self.params.items() if v is not None}
+    return f"VectorIndex({self.kind}, {p}, store={'attached' if self.store is not None else 'none'})"
 
-    @property
-    def exact(self) -> bool: return isinstance(self.index, _TorchFlat)
+# %% ../../nbs/12_index.ipynb #58a96b41
+@patch
+def set_search(self: VectorIndex, nprobe: int | None = None, ef_search: int | None = None):
+    "Change the search-time knobs (IVF `nprobe`, HNSW `ef_search`); they are saved with the index."
+    if nprobe is not None and self.kind == 'ivfpq':
+        self.params['nprobe'] = nprobe
+        try: self.index.nprobe = nprobe
+        except AttributeError: faiss.GpuParameterSpace().set_index_parameter(self.index, 'nprobe', nprobe)
+        if getattr(self, '_cpu_copy', None) is not None: self._cpu_copy.nprobe = nprobe
+    if ef_search is not None and self.kind == 'hnsw': self.params['ef_search'] = ef_search; self.index.hnsw.efSearch = ef_search
+    return self
 
-    def _backend_search(self, q, k):
-        "The backend's `(scores, rows)`; a FAISS-GPU index asked for more than its maximum k searches its CPU copy."
-        if k > FAISS_GPU_MAX_K and 'Gpu' in type(self.index).__name__:
-            if getattr(self, '_cpu_copy', None) is None:
-                warnings.warn(f"k={k} exceeds FAISS-GPU's maximum k of {FAISS_GPU_MAX_K}: this {self.kind} index is searched "
-                              f"on a CPU copy instead (slower). Use kind='flat' (exact, torch, any k on the GPU) or k <= "
-                              f"{FAISS_GPU_MAX_K} to stay on the GPU.")
-                self._cpu_copy = faiss.index_gpu_to_cpu(self.index)
-            return self._cpu_copy.search(q, k)
-        return self.index.search(q, k)
+@patch
+def effective_ef_search(self: VectorIndex, k: int) -> int | None:
+    "The breadth HNSW really searches with: FAISS uses `ef_search` as set, also below `k` (None: not HNSW)."
+    return int(self.params['ef_search']) if self.kind == 'hnsw' else None
 
-    def search(self, q: np.ndarray, # query vectors `[Q, h]` (float32)
-               k: int, # neighbours a query
-               k_candidates: int | None = None, # rows fetched from the backend before exact rescoring (default k)
-               rescore: bool = True, # rescore approximate candidates from the attached store
-              ) -> tuple[np.ndarray, np.ndarray]:
-        "`(scores [Q, k] float32, rows [Q, k] int64)`, best first, by inner product."
-        q = np.ascontiguousarray(np.atleast_2d(q), dtype=np.float32)
-        if q.shape[1] != self.params['d']: raise ValueError(f"queries have dimension {q.shape[1]}, the index {self.params['d']}")
-        kc = min(max(k, k_candidates or k), max(len(self), 1))
-        D, I = self._backend_search(q, kc)
-        I = np.asarray(I).astype(np.int64)
-        if rescore and self.store is not None and not self.exact: D, I = rescore_exact(q, I, self.store)
-        if D.shape[1] < k:  # fewer rows than k in the whole index
-            pad = k - D.shape[1]
-            D = np.pad(D, ((0, 0), (0, pad)), constant_values=-np.inf); I = np.pad(I, ((0, 0), (0, pad)), constant_values=-1)
-        D = np.where(I >= 0, D, -np.inf).astype(np.float32)
-        return D[:, :k], I[:, :k]
+# %% ../../nbs/12_index.ipynb #0592bbd9
+@patch(as_prop=True)
+def exact(self: VectorIndex) -> bool: return isinstance(self.index, _TorchFlat)
 
-    @property
-    def nbytes(self) -> int:
-        "Bytes the index takes beside the fp16 store (its own vector copy, graph, codes, lists), from its structure."
-        p, ix = self.params, self.index
-        n, d = int(p['n']), int(p['d'])
-        if self.exact: return ix.es.nbytes if ix.es.resident else 0
-        if self.kind == 'flat': return 4 * n * d
-        if self.kind == 'hnsw':
-            g = ix.hnsw
-            return n * faiss.downcast_index(ix.storage).code_size + 4 * g.neighbors.size() + 8 * g.offsets.size() + 4 * g.levels.size()
-        code = int(p['m']) * int(p['nbits']) // 8
-        return n * (code + 8) + 4 * int(p['nlist']) * d + 4 * d * 2 ** int(p['nbits'])
+@patch
+def _backend_search(self: VectorIndex, q, k):
+    "The backend's `(scores, rows)`; a FAISS-GPU index asked for more than its maximum k searches its CPU copy."
+    if k > FAISS_GPU_MAX_K and 'Gpu' in type(self.index).__name__:
+        if getattr(self, '_cpu_copy', None) is None:
+            warnings.warn(f"k={k} exceeds FAISS-GPU's maximum k of {FAISS_GPU_MAX_K}: this {self.kind} index is searched "
+                          f"on a CPU copy instead (slower). Use kind='flat' (exact, torch, any k on the GPU) or k <= "
+                          f"{FAISS_GPU_MAX_K} to stay on the GPU.")
+            self._cpu_copy = faiss.index_gpu_to_cpu(self.index)
+        return self._cpu_copy.search(q, k)
+    return self.index.search(q, k)
 
+# %% ../../nbs/12_index.ipynb #e4164a44
+@patch
+def search(self: VectorIndex, q: np.ndarray, # query vectors `[Q, h]` (float32)
+           k: int, # neighbours a query
+           k_candidates: int | None = None, # rows fetched from the backend before exact rescoring (default k)
+           rescore: bool = True, # rescore approximate candidates from the attached store
+          ) -> tuple[np.ndarray, np.ndarray]:
+    "`(scores [Q, k] float32, rows [Q, k] int64)`, best first, by inner product."
+    q = np.ascontiguousarray(np.atleast_2d(q), dtype=np.float32)
+    if q.shape[1] != self.params['d']: raise ValueError(f"queries have dimension {q.shape[1]}, the index {self.params['d']}")
+    kc = min(max(k, k_candidates or k), max(len(self), 1))
+    D, I = self._backend_search(q, kc)
+    I = np.asarray(I).astype(np.int64)
+    if rescore and self.store is not None and not self.exact: D, I = rescore_exact(q, I, self.store)
+    if D.shape[1] < k:  # fewer rows than k in the whole index
+        pad = k - D.shape[1]
+        D = np.pad(D, ((0, 0), (0, pad)), constant_values=-np.inf); I = np.pad(I, ((0, 0), (0, pad)), constant_values=-1)
+    D = np.where(I >= 0, D, -np.inf).astype(np.float32)
+    return D[:, :k], I[:, :k]
+
+# %% ../../nbs/12_index.ipynb #abc88cde
+@patch(as_prop=True)
+def nbytes(self: VectorIndex) -> int:
+    "Bytes the index takes beside the fp16 store (its own vector copy, graph, codes, lists), from its structure."
+    p, ix = self.params, self.index
+    n, d = int(p['n']), int(p['d'])
+    if self.exact: return ix.es.nbytes if ix.es.resident else 0
+    if self.kind == 'flat': return 4 * n * d
+    if self.kind == 'hnsw':
+        g = ix.hnsw
+        return n * faiss.downcast_index(ix.storage).code_size + 4 * g.neighbors.size() + 8 * g.offsets.size() + 4 * g.levels.size()
+    code = int(p['m']) * int(p['nbits']) // 8
+    return n * (code + 8) + 4 * int(p['nlist']) * d + 4 * d * 2 ** int(p['nbits'])
+
+# %% ../../nbs/12_index.ipynb #6645f142
 def rescore_exact(q: np.ndarray, # queries [Q, h] float32
                   rows: np.ndarray, # candidate rows [Q, K] (−1 = none)
                   store, # the fp16 vectors [N, h]
@@ -179,6 +196,7 @@ class _TorchFlat:
     def device(self) -> str: return str(self.es.device)
     def search(self, q, k): return self.es.search(q, k)
 
+# %% ../../nbs/12_index.ipynb #12934748
 _GPU_RESOURCES = {}
 
 def _gpu_resources(gpu: int):
@@ -205,6 +223,7 @@ def _to_gpu(index, kind, device):
         raise ValueError(f"FAISS-GPU refused this {kind} index ({str(e).strip().splitlines()[-1]}); FAISS-GPU builds without "
                          "cuVS take IVF-PQ only with nbits=8") from e
 
+# %% ../../nbs/12_index.ipynb #04fddaba
 def _where(index) -> str:
     "'cuda' / 'cuda:N' when the index searches on a GPU, else 'cpu'."
     if isinstance(index, _TorchFlat): return index.device
@@ -229,6 +248,16 @@ def check_index_params(kind: str, n: int, d: int, **p):
     if kind == 'hnsw':
         if p.get('hnsw_m') is not None: check_setting('hnsw_m', p['hnsw_m'])  # the range of `npm_nb.core.SETTINGS`
         whole('ef_search', 1); whole('ef_construction', 1)
+
+# %% ../../nbs/12_index.ipynb #e4c3503c
+def _ivf_nlist(nlist: int | None, n: int, train_size: int) -> int:
+    "IVF lists: `default_nlist` when not given; a warning when the training sample is too small for the lists given."
+    cap = default_nlist(n, train_size)
+    if nlist is None: return cap
+    if nlist * 39 > min(n, train_size):
+        warnings.warn(f"nlist={nlist} with {min(n, train_size):,} training vectors is below FAISS's 39 a list: the "
+                      f"lists will be poor; use nlist <= {cap} or train_size >= {39 * nlist:,}")
+    return nlist
 
 # %% ../../nbs/12_index.ipynb #ee0c335d
 def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datastore`
@@ -257,13 +286,7 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
     if n == 0: raise ValueError("cannot index an empty store (0 vectors)")
     check_index_params(kind, n, d, nlist=nlist, m=m, nbits=nbits, nprobe=nprobe, hnsw_m=hnsw_m, ef_search=ef_search,
                        ef_construction=ef_construction, train_size=train_size, chunk=chunk)
-    if kind == 'ivfpq':
-        cap = default_nlist(n, train_size)
-        if nlist is None: nlist = cap
-        elif nlist * 39 > min(n, train_size):
-            warnings.warn(f"nlist={nlist} with {min(n, train_size):,} training vectors is below FAISS's 39 a list: the "
-                          f"lists will be poor; use nlist <= {cap} or train_size >= {39 * nlist:,}")
-    else: nlist = None
+    nlist = _ivf_nlist(nlist, n, train_size) if kind == 'ivfpq' else None
     torch_flat = kind == 'flat' and flat_backend == 'torch'
     params = dict(kind=kind, n=int(n), d=int(d), nlist=nlist, m=m if kind == 'ivfpq' else None,
                   nbits=nbits if kind == 'ivfpq' else None, nprobe=nprobe if kind == 'ivfpq' else None,
@@ -337,7 +360,8 @@ def recall_interval(rows: np.ndarray, # rows returned by an index [Q, >=k]
     return float(r.mean()), float(max(0.0, r.mean() - half)), float(min(1.0, r.mean() + half))
 
 # %% ../../nbs/12_index.ipynb #dc5ed707
-def _save(self, path):
+@patch
+def save(self: VectorIndex, path):
     "Write the index to the folder `path` (`index.faiss` + `index.json`), atomically."
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     ix = self.index
@@ -349,8 +373,7 @@ def _save(self, path):
     atomic_write_json(path/'index.json', {**self.params, **extra})
     return path
 
-VectorIndex.save = _save
-
+# %% ../../nbs/12_index.ipynb #44b11889
 def load_index(path, # a folder written by `VectorIndex.save`
                store=None, # the fp16 store (array or `Datastore`) to attach for rescoring
                device: str | None = None, # 'cuda' to move it to the GPU
