@@ -11,71 +11,93 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoModelForMaskedLM, AutoConfig
 from ..core import atomic_write_json, atomic_path
-from ..models import load_tokenizer, load_encoder, resolve_model, check_tokenizer, encoder_fingerprint, default_device
+from npm_nb.models import (
+    load_tokenizer,
+    load_encoder,
+    resolve_model,
+    check_tokenizer,
+    encoder_fingerprint,
+    default_device,
+)
 from ..data.blocks import word_boundaries
 from ..npm.inference import exact_search, MASK
 
 # %% auto #0
-__all__ = ['chunk_documents', 'join_bert', 'doc_input_ids', 'null_doc_ids', 'query_input_ids', 'pad_ids', 'Retriever',
+__all__ = ['chunk_documents', 'join_bert', 'null_doc_ids', 'doc_input_ids', 'query_input_ids', 'pad_ids', 'Retriever',
            'save_retriever', 'load_retriever', 'embed_documents', 'mips', 'reader_inputs', 'masked_logits',
            'reader_log_probs', 'marginal_log_likelihood', 'retrieval_weights', 'RealmBatch', 'REALM',
            'plot_retrieval_weights', 'DocumentIndex', 'RealmPrediction', 'reader_scores', 'retrieval_utility',
            'eval_open_set_realm', 'mask_marginal', 'eval_closed_set_realm']
 
-# %% ../../nbs/18_realm.ipynb #81421bbe
-def chunk_documents(docs, # a table with `text` (+ optional `id`, `title`): a `datasets.Dataset`, dict of lists or DataFrame
+# %% ../../nbs/18_realm.ipynb #817f9f28
+def _columns(docs):
+    return (
+        docs.column_names
+        if hasattr(docs, 'column_names')
+        else list(docs.keys() if hasattr(docs, 'keys') else docs.columns)
+    )
+
+# %% ../../nbs/18_realm.ipynb #ec98a487
+def chunk_documents(docs, # a table with `text` (and `id`, `title`): a `datasets.Dataset`, dict of lists or DataFrame
                     tok, # a fast tokenizer
                     chunk_len: int = 64, # body tokens per chunk at most (paper: 288 with the title and special tokens)
                     batch_size: int = 256, progress: bool = False) -> dict:
     "Split every document into chunks of at most `chunk_len` tokens (cut at word starts): a dict of columns."
     check_tokenizer(tok)
-    if chunk_len < 4: raise ValueError(f"chunk_len={chunk_len} is too small: use at least 4 tokens")
-    texts = list(docs['text']); n = len(texts)
+    if chunk_len < 4:
+        raise ValueError(f"chunk_len={chunk_len} is too small: use at least 4 tokens")
+    texts = list(docs['text'])
+    n = len(texts)
     ids_ = list(docs['id']) if 'id' in _columns(docs) else [str(i) for i in range(n)]
     titles = list(docs['title']) if 'title' in _columns(docs) else [''] * n
     out = {k: [] for k in ('doc_index', 'doc_id', 'title', 'input_ids', 'char_start', 'char_end')}
     for b in tqdm(range(0, n, batch_size), desc='chunks', disable=not progress, leave=False):
-        chunk = [t or '' for t in texts[b:b + batch_size]]
+        chunk = [t or '' for t in texts[b : b + batch_size]]
         enc = tok(chunk, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
         for i in range(len(chunk)):
             ids, offs = enc['input_ids'][i], enc['offset_mapping'][i]
-            if not ids: continue
+            if not ids:
+                continue
             starts = word_boundaries(enc.word_ids(i))[0]
             a = 0
             while a < len(ids):
                 e = min(len(ids), a + chunk_len)
                 if e < len(ids):  # back up to a word start so no word is split between chunks
                     c = e
-                    while c > a + 1 and not starts[c]: c -= 1
-                    if starts[c]: e = c
+                    while c > a + 1 and not starts[c]:
+                        c -= 1
+                    if starts[c]:
+                        e = c
                 d = b + i
-                for k, v in zip(out, (d, ids_[d], titles[d] or '', ids[a:e], offs[a][0], offs[e - 1][1])): out[k].append(v)
+                for k, v in zip(out, (d, ids_[d], titles[d] or '', ids[a:e], offs[a][0], offs[e - 1][1])):
+                    out[k].append(v)
                 a = e
-    if not out['input_ids']: raise ValueError(f"no text to chunk: all {n} documents are empty")
+    if not out['input_ids']:
+        raise ValueError(f"no text to chunk: all {n} documents are empty")
     out['text'] = [texts[d][s:e] for d, s, e in zip(out['doc_index'], out['char_start'], out['char_end'])]
     return out
 
-def _columns(docs):
-    return docs.column_names if hasattr(docs, 'column_names') else list(docs.keys() if hasattr(docs, 'keys') else docs.columns)
-
-# %% ../../nbs/18_realm.ipynb #c16c3c5e
+# %% ../../nbs/18_realm.ipynb #0886c902
 def join_bert(tok, a: list, b: list | None = None) -> list:
     "`[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]` (token ids)."
     return [tok.cls_token_id, *a, tok.sep_token_id] + ([*b, tok.sep_token_id] if b is not None else [])
 
+def null_doc_ids(tok) -> list:
+    "The null document ∅ as the retriever reads it: `[CLS] [SEP] [SEP]`."
+    return join_bert(tok, [], [])
+
+# %% ../../nbs/18_realm.ipynb #384cde77
 def doc_input_ids(tok, chunks: dict, # from `chunk_documents`
                   max_title: int = 16) -> list:
     "The retriever's input ids of every chunk: `[CLS] title [SEP] body [SEP]`."
     titles = tok(list(chunks['title']), add_special_tokens=False, verbose=False)['input_ids']
     return [join_bert(tok, t[:max_title], body) for t, body in zip(titles, chunks['input_ids'])]
 
-def null_doc_ids(tok) -> list:
-    "The null document ∅ as the retriever reads it: `[CLS] [SEP] [SEP]`."
-    return join_bert(tok, [], [])
-
+# %% ../../nbs/18_realm.ipynb #382cbd55
 def query_input_ids(tok, text: str, max_len: int = 64) -> list:
     "`[CLS] x [SEP]` for a query text holding `[MASK]` (or the tokenizer's mask token); cut around the first mask."
     ids = tok(text.replace(MASK, tok.mask_token), add_special_tokens=False, verbose=False)['input_ids']
@@ -85,18 +107,22 @@ def query_input_ids(tok, text: str, max_len: int = 64) -> list:
         ids = ids[a:a + max_len - 2]
     return join_bert(tok, ids)
 
+# %% ../../nbs/18_realm.ipynb #2a818836
 def pad_ids(seqs: list, pad_id: int, token_type: list | None = None):
     "Right-padded `(input_ids, attention_mask, token_type_ids)` tensors of a list of id lists."
     L = max(map(len, seqs))
-    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long); att = torch.zeros_like(ids); tt = torch.zeros_like(ids)
+    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    tt = torch.zeros_like(ids)
     for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s); att[i, :len(s)] = 1
+        ids[i, : len(s)] = torch.tensor(s)
+        att[i, : len(s)] = 1
         if token_type is not None: tt[i, token_type[i]:len(s)] = 1
     return ids, att, tt
 
 # %% ../../nbs/18_realm.ipynb #d68e47da
 class Retriever(nn.Module):
-    "REALM's knowledge retriever: `Embed(x) = W · normalize(mean-pool(BERT(x)))`, f(x, z) = Embed_input(x)·Embed_doc(z)."
+    "REALM's retriever: `Embed(x) = W · normalize(mean-pool(BERT(x)))`, f(x, z) = Embed_input(x)·Embed_doc(z)."
     def __init__(self, encoder, # a BERT-style `AutoModel` (MiniLM: a sentence retriever already)
                  dim: int | None = None, # embedding size d (default: the encoder's width, so W can start as identity)
                  scale: float = 20.0, # f starts as scale·cos(x, z): W = sqrt(scale)·I
@@ -104,14 +130,18 @@ class Retriever(nn.Module):
                  pooling: str = 'mean'): # 'mean' (MiniLM's sentence vector) or 'cls' (the paper's BERT_CLS)
         super().__init__()
         if pooling not in ('mean', 'cls'): raise ValueError(f"pooling={pooling!r}: use 'mean' or 'cls'")
-        h = encoder.config.hidden_size; d = dim or h
+        h = encoder.config.hidden_size
+        d = dim or h
         self.query_encoder, self.shared, self.pooling, self.scale = encoder, shared, pooling, scale
         self.doc_encoder = encoder if shared else copy.deepcopy(encoder)
         self.W_input, self.W_doc = nn.Linear(h, d, bias=False), nn.Linear(h, d, bias=False)
         with torch.no_grad():
             for W in (self.W_input, self.W_doc):
-                if d == h: W.weight.copy_(torch.eye(h) * math.sqrt(scale))
-                else: nn.init.orthogonal_(W.weight); W.weight.mul_(math.sqrt(scale))
+                if d == h:
+                    W.weight.copy_(torch.eye(h) * math.sqrt(scale))
+                else:
+                    nn.init.orthogonal_(W.weight)
+                    W.weight.mul_(math.sqrt(scale))
 
     def _pool(self, enc, ids, att):
         h = enc(input_ids=ids, attention_mask=att).last_hidden_state
@@ -127,16 +157,19 @@ class Retriever(nn.Module):
     def config(self) -> dict:
         return dict(dim=self.W_doc.out_features, scale=self.scale, shared=self.shared, pooling=self.pooling)
 
-# %% ../../nbs/18_realm.ipynb #b43d84d8
+# %% ../../nbs/18_realm.ipynb #427a7c22
 def save_retriever(r: Retriever, path):
-    "Write `r` to folder `path`: `query_encoder/` (and `doc_encoder/` with two towers), `projections.pt`, `retriever.json`."
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    "Write `r` to `path`: `query_encoder/` (and `doc_encoder/` with two towers), `projections.pt`, `retriever.json`."
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
     r.query_encoder.save_pretrained(path/'query_encoder')
     if not r.shared: r.doc_encoder.save_pretrained(path/'doc_encoder')
-    with atomic_path(path/'projections.pt') as tmp: torch.save({'W_input': r.W_input.state_dict(), 'W_doc': r.W_doc.state_dict()}, tmp)
+    with atomic_path(path / 'projections.pt') as tmp:
+        torch.save({'W_input': r.W_input.state_dict(), 'W_doc': r.W_doc.state_dict()}, tmp)
     atomic_write_json(path/'retriever.json', r.config())
     return path
 
+# %% ../../nbs/18_realm.ipynb #58df5f41
 def load_retriever(path='minilm', # a folder written by `save_retriever`, or an encoder alias / folder (the warm start)
                    device: str | None = None, **kw) -> Retriever:
     "A `Retriever` from a saved folder, or a fresh one around encoder `path` (`kw` go to `Retriever`)."
@@ -146,17 +179,19 @@ def load_retriever(path='minilm', # a folder written by `save_retriever`, or an 
         r = Retriever(AutoModel.from_pretrained(p/'query_encoder'), **cfg)
         if not r.shared: r.doc_encoder = AutoModel.from_pretrained(p/'doc_encoder')
         W = torch.load(p/'projections.pt', map_location='cpu', weights_only=True)
-        r.W_input.load_state_dict(W['W_input']); r.W_doc.load_state_dict(W['W_doc'])
+        r.W_input.load_state_dict(W['W_input'])
+        r.W_doc.load_state_dict(W['W_doc'])
     else: r = Retriever(load_encoder(str(path), device='cpu'), **kw)
     return r.to(device or default_device()).eval()
 
-# %% ../../nbs/18_realm.ipynb #fbd5c9e9
+# %% ../../nbs/18_realm.ipynb #f7d687c3
 @torch.no_grad()
 def embed_documents(retriever: Retriever, doc_ids: list, # retriever inputs (`doc_input_ids`)
                     pad_id: int = 0, batch_size: int = 64, progress: bool = False) -> np.ndarray:
     "Embed_doc of every document, float32 `[N, d]`, in input order."
     dev = next(retriever.parameters()).device
-    was = retriever.training; retriever.eval()
+    was = retriever.training
+    retriever.eval()
     order = np.argsort([len(x) for x in doc_ids], kind='stable')
     out = np.zeros((len(doc_ids), retriever.W_doc.out_features), np.float32)
     for a in tqdm(range(0, len(order), batch_size), desc='embed docs', disable=not progress, leave=False):
@@ -166,6 +201,7 @@ def embed_documents(retriever: Retriever, doc_ids: list, # retriever inputs (`do
     retriever.train(was)
     return out
 
+# %% ../../nbs/18_realm.ipynb #55562717
 def mips(doc_vectors: np.ndarray, # [N, d] the index
          q: np.ndarray, # [Q, d] Embed_input of the queries
          k: int, # documents per query
@@ -178,7 +214,7 @@ def mips(doc_vectors: np.ndarray, # [N, d] the index
     out = np.array([[r for r in row if r not in set(ex)][:k] for row, ex in zip(rows, exclude)])
     return out
 
-# %% ../../nbs/18_realm.ipynb #dccba0c9
+# %% ../../nbs/18_realm.ipynb #ed40794c
 def reader_inputs(tok, x_ids: list, # `[CLS] x [SEP]` of each pair (with its masks)
                   z_bodies: list, # the document body ids of each pair ([] for the null document)
                   max_len: int = 256):
@@ -186,9 +222,11 @@ def reader_inputs(tok, x_ids: list, # `[CLS] x [SEP]` of each pair (with its mas
     seqs, types = [], []
     for x, z in zip(x_ids, z_bodies):
         z = list(z)[:max(0, max_len - len(x) - 1)]
-        seqs.append(list(x) + z + [tok.sep_token_id]); types.append(len(x))
+        seqs.append(list(x) + z + [tok.sep_token_id])
+        types.append(len(x))
     return pad_ids(seqs, tok.pad_token_id, types)
 
+# %% ../../nbs/18_realm.ipynb #6a5faf46
 def masked_logits(reader, # a `*ForMaskedLM` (BERT's `cls` head or RoBERTa's `lm_head`)
                   ids, att, tt, # from `reader_inputs`
                   positions: torch.Tensor, # [P, 2] (pair, position)
@@ -201,6 +239,7 @@ def masked_logits(reader, # a `*ForMaskedLM` (BERT's `cls` head or RoBERTa's `lm
     h = reader.base_model(input_ids=ids, attention_mask=att, token_type_ids=tt).last_hidden_state
     return head(h[positions[:, 0], positions[:, 1]])
 
+# %% ../../nbs/18_realm.ipynb #ad72602d
 def reader_log_probs(reader, # a `*ForMaskedLM`
                      ids, att, tt, # from `reader_inputs`
                      mask_pos: torch.Tensor, # [P, 2] (pair, position) of every masked token
@@ -213,7 +252,7 @@ def reader_log_probs(reader, # a `*ForMaskedLM`
     sums = torch.zeros(ids.shape[0], device=lp.device, dtype=lp.dtype).index_add(0, mask_pos[:, 0], tok_lp)
     return (sums, lp) if return_dist else sums
 
-# %% ../../nbs/18_realm.ipynb #ed697bf3
+# %% ../../nbs/18_realm.ipynb #c7940cd2
 def marginal_log_likelihood(f: torch.Tensor, # [B, K] relevance scores of each query's candidates (fresh θ)
                             log_p_y: torch.Tensor, # [B, K] log p(y|z,x) of each candidate
                             valid: torch.Tensor | None = None, # [B, K] False for padding candidates
@@ -228,7 +267,7 @@ def retrieval_weights(f, log_p_y, valid=None) -> tuple:
     prior = f.log_softmax(-1)
     return prior.exp(), (prior + log_p_y).log_softmax(-1).exp()
 
-# %% ../../nbs/18_realm.ipynb #1fb06173
+# %% ../../nbs/18_realm.ipynb #d1fa69ee
 @dataclass
 class RealmBatch:
     "One batch of masked queries: `[CLS] x [SEP]` ids, mask positions and gold tokens."
@@ -240,11 +279,24 @@ class RealmBatch:
     def from_examples(cls, examples: list): # dicts with x_ids, mask_pos, y_ids
         return cls([e['x_ids'] for e in examples], [e['mask_pos'] for e in examples], [e['y_ids'] for e in examples])
 
+# %% ../../nbs/18_realm.ipynb #9df0af75
 def _mask_index(batch: RealmBatch, K: int, device):
     pos = [(b * K + j, p) for b, ps in enumerate(batch.mask_pos) for j in range(K) for p in ps]
     tgt = [t for b, ts in enumerate(batch.targets) for j in range(K) for t in ts]
     return torch.tensor(pos, device=device).view(-1, 2), torch.tensor(tgt, device=device)
 
+# %% ../../nbs/18_realm.ipynb #78d7e804
+def _span_hits(batch: RealmBatch, pz, lp, K) -> list:
+    "Per query: is the argmax of the marginal Σ_z p(z|x) p(y_j|z,x) the gold token at every mask?"
+    hits, o = [], 0
+    for b, ys in enumerate(batch.targets):
+        m = len(ys)
+        block = lp[o : o + K * m].view(K, m, -1)
+        o += K * m
+        hits.append((block.exp() * pz[b][:, None, None]).sum(0).argmax(-1).tolist() == list(ys))
+    return hits
+
+# %% ../../nbs/18_realm.ipynb #57dd1023
 class REALM(nn.Module):
     "Retrieve-then-predict (§3): a `Retriever`, a masked-LM reader and their tokenizer."
     def __init__(self, retriever: Retriever, reader, tok, max_len: int = 256):
@@ -253,10 +305,6 @@ class REALM(nn.Module):
 
     @property
     def device(self): return next(self.parameters()).device
-
-    def embed_queries(self, x_ids: list):
-        ids, att, _ = pad_ids(x_ids, self.tok.pad_token_id)
-        return self.retriever.embed_input(ids.to(self.device), att.to(self.device))
 
     def forward(self, batch: RealmBatch,
                 chunk_ids: list, # retriever inputs of the corpus (`doc_input_ids`)
@@ -271,7 +319,8 @@ class REALM(nn.Module):
         docs = [chunk_ids[r] for r in rows.ravel()] + ([null_doc_ids(self.tok)] if null_doc else [])
         ids, att, _ = pad_ids(docs, self.tok.pad_token_id)
         d = self.retriever.embed_doc(ids.to(self.device), att.to(self.device))  # fresh Embed_doc of the candidates
-        B = len(batch.x_ids); dk = d[:B * k].view(B, k, -1)
+        B = len(batch.x_ids)
+        dk = d[: B * k].view(B, k, -1)
         f = torch.einsum('bd,bkd->bk', q, dk)
         if null_doc: f = torch.cat([f, (q @ d[-1])[:, None]], 1)
         K = f.shape[1]
@@ -286,77 +335,108 @@ class REALM(nn.Module):
         if not torch.is_grad_enabled(): out['span_hit'] = _span_hits(batch, f.softmax(-1), lp, K)
         return out
 
-def _span_hits(batch: RealmBatch, pz, lp, K) -> list:
-    "Per query: is the argmax of the marginal Σ_z p(z|x) p(y_j|z,x) the gold token at every mask?"
-    hits, o = [], 0
-    for b, ys in enumerate(batch.targets):
-        m = len(ys); block = lp[o:o + K * m].view(K, m, -1); o += K * m
-        hits.append((block.exp() * pz[b][:, None, None]).sum(0).argmax(-1).tolist() == list(ys))
-    return hits
+# %% ../../nbs/18_realm.ipynb #c5ece6a9
+@patch
+def embed_queries(self: REALM, x_ids: list):
+    "Embed_input of `[CLS] x [SEP]` queries, padded into one batch (with gradient when called in training)."
+    ids, att, _ = pad_ids(x_ids, self.tok.pad_token_id)
+    return self.retriever.embed_input(ids.to(self.device), att.to(self.device))
 
 # %% ../../nbs/18_realm.ipynb #b44502ad
-def plot_retrieval_weights(f, # [K] relevance scores of one query's candidates, ∅ last (`out['f'][i]` of `REALM.forward`)
-                           log_p_y, # [K] log p(y|z,x) of the same candidates
-                           names: list, # K candidate labels (the last one is ∅ when the null document is in)
-                           ax=None, # a matplotlib axis (default: a new figure)
-                           null_doc: bool = True, # the last candidate is ∅ (drawn hatched)
-                          ):
+def plot_retrieval_weights(
+    f,  # [K] relevance scores of one query's candidates, ∅ last (`out['f'][i]` of `REALM.forward`)
+    log_p_y,  # [K] log p(y|z,x) of the same candidates
+    names: list,  # K candidate labels (the last one is ∅ when the null document is in)
+    ax=None,  # a matplotlib axis (default: a new figure)
+    null_doc: bool = True,  # the last candidate is ∅ (drawn hatched)
+):
     "Bars of the prior p(z|x) and the posterior p(z|y,x) over one query's candidates; returns the axis."
     import matplotlib.pyplot as plt
+
     prior, post = (t[0].numpy() for t in retrieval_weights(torch.as_tensor(f)[None], torch.as_tensor(log_p_y)[None]))
-    if ax is None: _, ax = plt.subplots(figsize=(5, 3))
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3))
     x = np.arange(len(names))
     b1 = ax.bar(x - 0.2, prior, 0.4, color='tab:blue', label='prior p(z|x)')
     b2 = ax.bar(x + 0.2, post, 0.4, color='tab:orange', label='posterior p(z|y,x)')
     if null_doc:
-        for b in (b1[-1], b2[-1]): b.set_hatch('//'); b.set_edgecolor('black')
-    for b, v in ((b1, prior), (b2, post)):   # a tiny weight (∅'s prior) still shows, as a number
+        for b in (b1[-1], b2[-1]):
+            b.set_hatch('//')
+            b.set_edgecolor('black')
+    for b, v in ((b1, prior), (b2, post)):  # a tiny weight (∅'s prior) still shows, as a number
         ax.bar_label(b, [f'{p:.2f}' if p >= 0.005 else f'{p:.0e}' for p in v], fontsize=6)
-    ax.set_xticks(x, names, fontsize=8); ax.set_ylim(0, 1.12); ax.set_ylabel('probability'); ax.legend(fontsize=7)
+    ax.set_xticks(x, names, fontsize=8)
+    ax.set_ylim(0, 1.12)
+    ax.set_ylabel('probability')
+    ax.legend(fontsize=7)
     return ax
 
-# %% ../../nbs/18_realm.ipynb #1790ac72
+# %% ../../nbs/18_realm.ipynb #a5938685
 class DocumentIndex:
     "Chunks of a knowledge corpus and their Embed_doc vectors (`vectors` [N, d] float32)."
-    def __init__(self, chunks: dict, doc_ids: list, vectors: np.ndarray, fingerprint: str = '', step: int | None = None):
-        if len(doc_ids) != len(vectors): raise ValueError(f"{len(vectors)} vectors for {len(doc_ids)} chunks")
-        self.chunks, self.doc_ids, self.vectors, self.fingerprint, self.step = chunks, doc_ids, vectors, fingerprint, step
+    def __init__(
+        self, chunks: dict, doc_ids: list, vectors: np.ndarray, fingerprint: str = '', step: int | None = None
+    ):
+        if len(doc_ids) != len(vectors):
+            raise ValueError(f"{len(vectors)} vectors for {len(doc_ids)} chunks")
+        self.chunks, self.doc_ids, self.vectors, self.fingerprint, self.step = (
+            chunks,
+            doc_ids,
+            vectors,
+            fingerprint,
+            step,
+        )
     def __len__(self): return len(self.vectors)
-    def __repr__(self): return f"DocumentIndex({len(self):,} chunks, d={self.vectors.shape[1]}, retriever {self.fingerprint or '?'})"
+    def __repr__(self):
+        return f"DocumentIndex({len(self):,} chunks, d={self.vectors.shape[1]}, retriever {self.fingerprint or '?'})"
     @property
     def bodies(self): return self.chunks['input_ids']
 
     @classmethod
     def build(cls, docs, retriever: Retriever, tok, chunk_len: int = 64, batch_size: int = 64, progress: bool = False):
         "Chunk `docs` and embed every chunk with `retriever`."
-        ch = chunk_documents(docs, tok, chunk_len, progress=progress); ids = doc_input_ids(tok, ch)
+        ch = chunk_documents(docs, tok, chunk_len, progress=progress)
+        ids = doc_input_ids(tok, ch)
         return cls(ch, ids, embed_documents(retriever, ids, tok.pad_token_id, batch_size, progress),
                    encoder_fingerprint(retriever)[:12])
 
-    def reembed(self, retriever: Retriever, pad_id: int = 0, batch_size: int = 64, progress: bool = False):
-        "The same chunks embedded with another retriever (a synchronous refresh)."
-        return DocumentIndex(self.chunks, self.doc_ids, embed_documents(retriever, self.doc_ids, pad_id, batch_size, progress),
-                             encoder_fingerprint(retriever)[:12])
+# %% ../../nbs/18_realm.ipynb #03f67883
+@patch
+def reembed(self: DocumentIndex, retriever: Retriever, pad_id: int = 0, batch_size: int = 64, progress: bool = False):
+    "The same chunks embedded with another retriever (a synchronous refresh)."
+    return DocumentIndex(
+        self.chunks,
+        self.doc_ids,
+        embed_documents(retriever, self.doc_ids, pad_id, batch_size, progress),
+        encoder_fingerprint(retriever)[:12],
+    )
 
-    def save(self, path):
-        "Write the index to folder `path` atomically."
-        path = Path(path); tmp = path.parent/f'.{path.name}.tmp-{os.getpid()}'
-        shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
-        np.save(tmp/'vectors.npy', self.vectors)
-        (tmp/'chunks.json').write_text(json.dumps({'chunks': self.chunks, 'doc_ids': self.doc_ids}))
-        atomic_write_json(tmp/'index.json', {'n': len(self), 'dim': int(self.vectors.shape[1]),
-                                              'fingerprint': self.fingerprint, 'step': self.step})
-        if path.exists(): shutil.rmtree(path)
-        tmp.rename(path); return path
+# %% ../../nbs/18_realm.ipynb #623c76cf
+@patch
+def save(self: DocumentIndex, path):
+    "Write the index to folder `path` atomically."
+    path = Path(path)
+    tmp = path.parent / f'.{path.name}.tmp-{os.getpid()}'
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    np.save(tmp/'vectors.npy', self.vectors)
+    (tmp/'chunks.json').write_text(json.dumps({'chunks': self.chunks, 'doc_ids': self.doc_ids}))
+    atomic_write_json(tmp/'index.json', {'n': len(self), 'dim': int(self.vectors.shape[1]),
+                                          'fingerprint': self.fingerprint, 'step': self.step})
+    if path.exists(): shutil.rmtree(path)
+    tmp.rename(path)
+    return path
 
-    @classmethod
-    def load(cls, path):
-        path = Path(path)
-        if not (path/'index.json').exists(): raise FileNotFoundError(f"no finished document index at {path} (index.json missing)")
-        m, c = json.loads((path/'index.json').read_text()), json.loads((path/'chunks.json').read_text())
-        return cls(c['chunks'], c['doc_ids'], np.load(path/'vectors.npy'), m['fingerprint'], m['step'])
+# %% ../../nbs/18_realm.ipynb #829f5e4a
+@patch(cls_method=True)
+def load(cls: DocumentIndex, path):
+    path = Path(path)
+    if not (path / 'index.json').exists():
+        raise FileNotFoundError(f"no finished document index at {path} (index.json missing)")
+    m, c = json.loads((path/'index.json').read_text()), json.loads((path/'chunks.json').read_text())
+    return cls(c['chunks'], c['doc_ids'], np.load(path/'vectors.npy'), m['fingerprint'], m['step'])
 
-# %% ../../nbs/18_realm.ipynb #a1897801
+# %% ../../nbs/18_realm.ipynb #2a7d64e7
 @dataclass
 class RealmPrediction:
     "A filled query: the answer text, its marginal probability per filled token, and the documents read."
@@ -364,6 +444,7 @@ class RealmPrediction:
     token_probs: list
     docs: list          # [(title, chunk text, p(z|x))] best first; the null document as ('∅', '', p)
 
+# %% ../../nbs/18_realm.ipynb #e9b395a4
 @torch.no_grad()
 def _fill(model: REALM, x_ids: list, index: DocumentIndex, k: int, null_doc: bool, batch_size: int):
     "Greedy fill of the masks of each query from the marginal over its top-k (+∅): filled ids, probs, rows, p(z|x)."
@@ -373,13 +454,16 @@ def _fill(model: REALM, x_ids: list, index: DocumentIndex, k: int, null_doc: boo
     special = torch.tensor(tok.all_special_ids, device=dev)
     filled, probs, prior = [list(x) for x in x_ids], [[] for _ in x_ids], []
     for a in range(0, len(x_ids), batch_size):
-        B = len(x_ids[a:a + batch_size]); rr = rows[a:a + B]
+        B = len(x_ids[a : a + batch_size])
+        rr = rows[a : a + B]
         docs = [index.doc_ids[r] for r in rr.ravel()] + ([null_doc_ids(tok)] if null_doc else [])
         ids, att, _ = pad_ids(docs, tok.pad_token_id)
-        d = model.retriever.embed_doc(ids.to(dev), att.to(dev)); K = k + int(null_doc)
+        d = model.retriever.embed_doc(ids.to(dev), att.to(dev))
+        K = k + int(null_doc)
         f = torch.einsum('bd,bkd->bk', q[a:a + B], d[:B * k].view(B, k, -1))
         if null_doc: f = torch.cat([f, (q[a:a + B] @ d[-1])[:, None]], 1)
-        pz = f.softmax(-1); prior.append(pz.cpu())
+        pz = f.softmax(-1)
+        prior.append(pz.cpu())
         bodies = [[index.bodies[r] for r in row] + ([[]] if null_doc else []) for row in rr]
         while True:
             open_ = [[p for p, t in enumerate(filled[a + b]) if t == tok.mask_token_id] for b in range(B)]
@@ -387,31 +471,43 @@ def _fill(model: REALM, x_ids: list, index: DocumentIndex, k: int, null_doc: boo
             xs = [filled[a + b] for b in range(B) for _ in range(K)]
             zs = [z for b in range(B) for z in bodies[b]]
             rin = [t.to(dev) for t in reader_inputs(tok, xs, zs, model.max_len)]
-            at = torch.tensor([(b * K + j, p) for b in range(B) for j in range(K) for p in open_[b]], device=dev).view(-1, 2)
+            at = torch.tensor([(b * K + j, p) for b in range(B) for j in range(K) for p in open_[b]],
+                              device=dev).view(-1, 2)
             lg = masked_logits(model.reader, *rin, at).float()
-            lg[:, special] = -float('inf'); pr, o = lg.softmax(-1), 0
+            lg[:, special] = -float('inf')
+            pr, o = lg.softmax(-1), 0
             for b in range(B):
                 m = len(open_[b])
                 if not m: continue
-                mix = (pr[o:o + K * m].view(K, m, -1) * pz[b][:, None, None]).sum(0); o += K * m   # marginal [m, V]
+                mix = (pr[o : o + K * m].view(K, m, -1) * pz[b][:, None, None]).sum(0)  # marginal [m, V]
+                o += K * m
                 conf, best = mix.max(-1)
-                j = int(conf.argmax()); pos = open_[b][j]
-                filled[a + b][pos] = int(best[j]); probs[a + b].append(float(conf[j]))
+                j = int(conf.argmax())
+                pos = open_[b][j]
+                filled[a + b][pos] = int(best[j])
+                probs[a + b].append(float(conf[j]))
     return filled, probs, rows, torch.cat(prior).numpy()
 
+# %% ../../nbs/18_realm.ipynb #810c8fbe
 def _with_masks(text: str, n_masks: int) -> str:
-    if text.count(MASK) != 1: raise ValueError(f"the query must contain exactly one {MASK}, found {text.count(MASK)}: {text[:80]!r}")
+    if text.count(MASK) != 1:
+        raise ValueError(f"the query must contain exactly one {MASK}, found {text.count(MASK)}: {text[:80]!r}")
     return text.replace(MASK, ' '.join([MASK] * n_masks))
 
-def _predict(self: REALM, texts, # a query (or list) with exactly one `[MASK]`
-             index: DocumentIndex, # the knowledge corpus
-             k: int = 4, # documents read per query (plus ∅)
-             n_masks: int | list = 1, # tokens to fill (one number, or one per query)
-             null_doc: bool = True, batch_size: int = 16, max_query_len: int = 64):
+# %% ../../nbs/18_realm.ipynb #aa2c2c2f
+@patch
+def predict(self: REALM, texts, # a query (or list) with exactly one `[MASK]`
+            index: DocumentIndex, # the knowledge corpus
+            k: int = 4, # documents read per query (plus ∅)
+            n_masks: int | list = 1, # tokens to fill (one number, or one per query)
+            null_doc: bool = True, batch_size: int = 16, max_query_len: int = 64):
     "Fill each query's `[MASK]` with `n_masks` tokens from the marginal over the top-k documents and ∅."
-    single = isinstance(texts, str); texts = [texts] if single else list(texts)
+    single = isinstance(texts, str)
+    texts = [texts] if single else list(texts)
     n_masks = [n_masks] * len(texts) if isinstance(n_masks, int) else list(n_masks)
-    was = self.training; self.eval(); out = [None] * len(texts)
+    was = self.training
+    self.eval()
+    out = [None] * len(texts)
     for L in sorted(set(n_masks)):
         idx = [i for i, n in enumerate(n_masks) if n == L]
         x = [query_input_ids(self.tok, _with_masks(texts[i], L), max_query_len) for i in idx]
@@ -425,19 +521,30 @@ def _predict(self: REALM, texts, # a query (or list) with exactly one `[MASK]`
     self.train(was)
     return out[0] if single else out
 
-REALM.predict = _predict
-
-# %% ../../nbs/18_realm.ipynb #76919c2b
-def _from_parts(cls, retriever='minilm', # a retriever folder or an encoder alias / folder (warm start)
-                reader='minilm', # a masked-LM folder (the MLM-continued MiniLM) or alias
-                device: str | None = None, **kw):
+# %% ../../nbs/18_realm.ipynb #0fdd7651
+@patch(cls_method=True)
+def from_parts(cls: REALM, retriever='minilm', # a retriever folder or an encoder alias / folder (warm start)
+               reader='minilm', # a masked-LM folder (the MLM-continued MiniLM) or alias
+               device: str | None = None, **kw):
     "An untrained REALM: the MiniLM retriever (identity projections) and a masked-LM reader."
     device = device or default_device()
     tok = load_tokenizer(str(reader))
     rd = AutoModelForMaskedLM.from_pretrained(resolve_model(str(reader))).to(device).eval()
     return cls(load_retriever(retriever, device=device, **kw), rd, tok).to(device).eval()
 
-def _from_pretrained(cls, path, device: str | None = None):
+# %% ../../nbs/18_realm.ipynb #fe590834
+@patch
+def save_pretrained(self: REALM, path):
+    "Write `retriever/` and `reader/` (with the tokenizer) into folder `path`."
+    p = Path(path)
+    save_retriever(self.retriever, p / 'retriever')
+    self.reader.save_pretrained(p / 'reader')
+    self.tok.save_pretrained(p / 'reader')
+    return p
+
+# %% ../../nbs/18_realm.ipynb #c45ef2ff
+@patch(cls_method=True)
+def from_pretrained(cls: REALM, path, device: str | None = None):
     "A trained REALM from a folder with `retriever/` and `reader/`."
     p = Path(path)
     if not (p/'retriever'/'retriever.json').exists() or not (p/'reader'/'config.json').exists():
@@ -445,16 +552,7 @@ def _from_pretrained(cls, path, device: str | None = None):
                                 "train one with npm_nb.baselines.realm_pretraining.train_realm")
     return cls.from_parts(p/'retriever', p/'reader', device=device)
 
-def _save_pretrained(self, path):
-    "Write `retriever/` and `reader/` (with the tokenizer) into folder `path`."
-    p = Path(path); save_retriever(self.retriever, p/'retriever')
-    self.reader.save_pretrained(p/'reader'); self.tok.save_pretrained(p/'reader')
-    return p
-
-REALM.from_parts, REALM.from_pretrained = classmethod(_from_parts), classmethod(_from_pretrained)
-REALM.save_pretrained = _save_pretrained
-
-# %% ../../nbs/18_realm.ipynb #b4c8fb3c
+# %% ../../nbs/18_realm.ipynb #aec8bff0
 @torch.no_grad()
 def reader_scores(model: REALM, examples: list, # dicts with x_ids, mask_pos, y_ids
                   bodies: list, # per example, a list of document bodies (token ids) to score; ∅ is appended
@@ -462,31 +560,38 @@ def reader_scores(model: REALM, examples: list, # dicts with x_ids, mask_pos, y_
     "log p(y|z,x) of each example with each of its documents and ∅: `[B, K+1]` (K = the longest list; −inf pads)."
     K = max((len(b) for b in bodies), default=0) + 1
     out = np.full((len(examples), K), -np.inf)
-    was = model.training; model.eval()
+    was = model.training
+    model.eval()
     for a in range(0, len(examples), batch_size):
         ex, bd = examples[a:a + batch_size], bodies[a:a + batch_size]
         xs, zs, where = [], [], []
         for b, (e, docs) in enumerate(zip(ex, bd)):
             for j, z in enumerate(list(docs) + [[]]):
-                xs.append(e['x_ids']); zs.append(z); where.append((b, j if j < len(docs) else K - 1))
+                xs.append(e['x_ids'])
+                zs.append(z)
+                where.append((b, j if j < len(docs) else K - 1))
         rin = [t.to(model.device) for t in reader_inputs(model.tok, xs, zs, model.max_len)]
-        pos = torch.tensor([(i, p) for i, (x, (b, _)) in enumerate(zip(xs, where)) for p in ex[b]['mask_pos']]).view(-1, 2)
+        pos = torch.tensor([(i, p) for i, (x, (b, _)) in enumerate(zip(xs, where)) for p in ex[b]['mask_pos']]).view(
+            -1, 2
+        )
         tgt = torch.tensor([y for x, (b, _) in zip(xs, where) for y in ex[b]['y_ids']])
         lp = reader_log_probs(model.reader, *rin, pos.to(model.device), tgt.to(model.device)).cpu().numpy()
         for i, (b, j) in enumerate(where): out[a + b, j] = lp[i]
     model.train(was)
     return out
 
+# %% ../../nbs/18_realm.ipynb #e5797006
 def retrieval_utility(scores: np.ndarray) -> np.ndarray:
     "RU(z|x) = log p(y|z,x) − log p(y|∅,x) from `reader_scores` output: `[B, K]` (∅, the last column, dropped)."
     return scores[:, :-1] - scores[:, -1:]
 
-# %% ../../nbs/18_realm.ipynb #b4a493d2
+# %% ../../nbs/18_realm.ipynb #fa81f235
 def _contains(text: str, golds) -> bool:
     from npm_nb.data.tasks import normalize_answer
     t = f' {normalize_answer(text)} '
     return any(f' {normalize_answer(g)} ' in t for g in golds if normalize_answer(g))
 
+# %% ../../nbs/18_realm.ipynb #0b828ba8
 def eval_open_set_realm(model: REALM, task, # an open-set task name or Task
                         index: DocumentIndex, # the reference corpus, embedded by this model's retriever
                         gold_length: bool = False, # fill as many masks as the gold answer has tokens (oracle)
@@ -508,33 +613,47 @@ def eval_open_set_realm(model: REALM, task, # an open-set task name or Task
     extra = {'n_masks': lengths, 'p_null': [next((d[2] for d in p.docs if d[0] == '∅'), 0.0) for p in preds],
              'title': [d[0] for d in top], 'snippet': [d[1][:200] for d in top], 'p_top_doc': [d[2] for d in top],
              'answer_in_docs': [any(_contains(d[1], g) for d in p.docs if d[0] != '∅') for p, g in zip(preds, golds)]}
-    table, s = open_table(t, df, answers, [[p.text] for p in preds], 'REALM' + (' (gold length)' if gold_length else ''),
-                           seconds, by, extra, gold_length=gold_length, k=k, null_doc=null_doc)
+    table, s = open_table(
+        t,
+        df,
+        answers,
+        [[p.text] for p in preds],
+        'REALM' + (' (gold length)' if gold_length else ''),
+        seconds,
+        by,
+        extra,
+        gold_length=gold_length,
+        k=k,
+        null_doc=null_doc,
+    )
     s['recall_at_k'] = float(100 * np.mean(extra['answer_in_docs'])) if len(df) else float('nan')
     return table, s
 
-# %% ../../nbs/18_realm.ipynb #c10sed02
+# %% ../../nbs/18_realm.ipynb #4ccd0829
 @torch.no_grad()
 def mask_marginal(model: REALM, x_ids: list, # `[CLS] x [SEP]` of each query, with exactly one mask token
                   index: DocumentIndex, k: int = 4, null_doc: bool = True, batch_size: int = 16,
-                  cols=None, # vocabulary ids to return (None: the whole vocabulary)
+                  cols=None, # vocabulary ids to return (None: all); p(·|z,x) is the reader's full softmax
                  ) -> tuple:
-    "Σ_z p(z|x) p(·|z,x) at each query's mask (the reader's full softmax), over its top-k chunks (+∅): `(marginal [Q, len(cols)], rows [Q, k], p(z|x) [Q, K])`."
+    "Σ_z p(z|x) p(·|z,x) at each query's mask, top-k chunks and ∅: `(marginal [Q, cols], rows [Q, k], p(z|x) [Q, K])`."
     tok, dev = model.tok, model.device
-    if any(x.count(tok.mask_token_id) != 1 for x in x_ids): raise ValueError("mask_marginal needs exactly one mask token per query")
+    if any(x.count(tok.mask_token_id) != 1 for x in x_ids):
+        raise ValueError("mask_marginal needs exactly one mask token per query")
     q = torch.cat([model.embed_queries(x_ids[a:a + batch_size]) for a in range(0, len(x_ids), batch_size)])
     rows = mips(index.vectors, q.float().cpu().numpy(), k)
     cols = torch.arange(len(tok), device=dev) if cols is None else torch.as_tensor(cols, device=dev)
     K = k + int(null_doc)
     out, prior = [], []
     for a in range(0, len(x_ids), batch_size):
-        B = len(x_ids[a:a + batch_size]); rr = rows[a:a + B]
+        B = len(x_ids[a : a + batch_size])
+        rr = rows[a : a + B]
         docs = [index.doc_ids[r] for r in rr.ravel()] + ([null_doc_ids(tok)] if null_doc else [])
         ids, att, _ = pad_ids(docs, tok.pad_token_id)
         d = model.retriever.embed_doc(ids.to(dev), att.to(dev))
         f = torch.einsum('bd,bkd->bk', q[a:a + B], d[:B * k].view(B, k, -1))
         if null_doc: f = torch.cat([f, (q[a:a + B] @ d[-1])[:, None]], 1)
-        pz = f.float().softmax(-1); prior.append(pz.cpu())
+        pz = f.float().softmax(-1)
+        prior.append(pz.cpu())
         xs = [x_ids[a + b] for b in range(B) for _ in range(K)]
         zs = [z for row in rr for z in [index.bodies[r] for r in row] + ([[]] if null_doc else [])]
         rin = [t.to(dev) for t in reader_inputs(tok, xs, zs, model.max_len)]
@@ -544,6 +663,7 @@ def mask_marginal(model: REALM, x_ids: list, # `[CLS] x [SEP]` of each query, wi
         out.append(mix[:, cols].cpu())
     return torch.cat(out).numpy().astype(np.float64), rows, torch.cat(prior).numpy()
 
+# %% ../../nbs/18_realm.ipynb #131aa05f
 def eval_closed_set_realm(model: REALM, task, # a closed-set task name or Task
                           index: DocumentIndex, # the task's reference corpus, embedded by this model's retriever
                           label_words=None, # one word per label (default: the task's label words), or label ↦ words
@@ -551,7 +671,7 @@ def eval_closed_set_realm(model: REALM, task, # a closed-set task name or Task
                           n: int | None = None, rows=None, # a seeded n of the task's rows, or the rows themselves
                           max_query_len: int = 128, # query tokens kept around the mask
                           batch_size: int = 16) -> tuple:
-    "Accuracy of REALM's marginal at the mask over the label words (as the MLM baseline): `(per-example table, summary)`."
+    "Accuracy of REALM's marginal at the mask over the label words (as the MLM baseline): `(per-row table, summary)`."
     from npm_nb.npm.evaluation import task_rows, closed_table, check_verbalizer, word_id
     from npm_nb.data.tasks import make_query
     t, df = task_rows(task, rows, n)
@@ -561,12 +681,20 @@ def eval_closed_set_realm(model: REALM, task, # a closed-set task name or Task
     check_verbalizer(verb, model.tok)
     ids = [[word_id(model.tok, w) for w in ws] for ws in verb.values()]
     flat = [i for ws in ids for i in ws]
-    x = [query_input_ids(model.tok, make_query(t, r['text'], MASK, r.get('text_b')), max_query_len) for r in df.to_dict('records')]
-    was = model.training; model.eval(); t0 = time.perf_counter()
+    x = [
+        query_input_ids(model.tok, make_query(t, r['text'], MASK, r.get('text_b')), max_query_len)
+        for r in df.to_dict('records')
+    ]
+    was = model.training
+    model.eval()
+    t0 = time.perf_counter()
     mix, rows_, pz = mask_marginal(model, x, index, k, null_doc, batch_size, cols=flat)
-    seconds = time.perf_counter() - t0; model.train(was)
+    seconds = time.perf_counter() - t0
+    model.train(was)
     probs, o = np.zeros((len(df), len(ids))), 0
-    for j, ws in enumerate(ids): probs[:, j] = mix[:, o:o + len(ws)].sum(1); o += len(ws)
+    for j, ws in enumerate(ids):
+        probs[:, j] = mix[:, o : o + len(ws)].sum(1)
+        o += len(ws)
     table, s = closed_table(t, df, probs, 'REALM', seconds, k=k, null_doc=null_doc)
     table['p_null'] = pz[:, -1] if null_doc else 0.0
     table['title'] = [index.chunks['title'][r[0]] for r in rows_]
