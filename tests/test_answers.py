@@ -90,25 +90,36 @@ def test_final_is_a_folder_that_cp_r_copies_whole(tok, tmp_path):
     assert encoder_fingerprint(load_encoder(str(tmp_path/'copy'), device='cpu')) == \
         encoder_fingerprint(load_encoder(str(fin), device='cpu'))
     # an old-style symlink `final` still loads, and publishing again turns it into a folder
-    ck = list_checkpoints(tmp_path/'run')[-1]; shutil.rmtree(fin); fin.symlink_to(ck.name, target_is_directory=True)
+    ck = list_checkpoints(tmp_path/'run')[-1]
+    shutil.rmtree(fin)
+    fin.symlink_to(ck.name, target_is_directory=True)
     load_encoder(str(fin), device='cpu')
     assert train(cfg, model=tiny_encoder(tok), tok=tok, blocks=blocks, progress=False) == fin and not fin.is_symlink()
 
 # RELIABILITY-4 A24: 64 bytes of model.safetensors overwritten, the mtime set back: the same process loaded it silently
 def test_a_model_changed_with_its_mtime_set_back_is_seen_in_the_same_process(tok, tmp_path):
-    d = tmp_path/'m'; tiny_encoder(tok).save_pretrained(d); tok.save_pretrained(d); write_model_checksums(d)
+    d = tmp_path/'m'
+    tiny_encoder(tok).save_pretrained(d)
+    tok.save_pretrained(d)
+    write_model_checksums(d)
     load_encoder(str(d), device='cpu')
-    w = d/'model.safetensors'; st = w.stat()
-    with open(w, 'r+b') as f: f.seek(st.st_size // 2); f.write(b'\x00' * 64)
+    w = d/'model.safetensors'
+    st = w.stat()
+    with open(w, 'r+b') as f:
+        f.seek(st.st_size // 2)
+        f.write(b'\x00' * 64)
     os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))
     with pytest.raises(ValueError, match=r'model.safetensors \(content changed\)'): load_encoder(str(d), device='cpu')
 
 # RELIABILITY-4 N65: layer_norm_eps 1e-12 -> 1e-3 in config.json moved every score and no check saw it
 def test_a_config_only_encoder_change_is_an_encoder_mismatch(tok, tmp_path):
-    d = tmp_path/'m'; tiny_encoder(tok).save_pretrained(d); tok.save_pretrained(d)
+    d = tmp_path/'m'
+    tiny_encoder(tok).save_pretrained(d)
+    tok.save_pretrained(d)
     enc = load_encoder(str(d), device='cpu')
     ds = Datastore.build(DOCS, enc, tok, tmp_path/'s', max_len=32, progress=False)
-    cfg = json.loads((d/'config.json').read_text()); cfg['layer_norm_eps'] = 1e-3
+    cfg = json.loads((d/'config.json').read_text())
+    cfg['layer_norm_eps'] = 1e-3
     (d/'config.json').write_text(json.dumps(cfg))
     changed = load_encoder(str(d), device='cpu')
     assert encoder_fingerprint(changed) != encoder_fingerprint(enc)
