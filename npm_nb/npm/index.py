@@ -15,7 +15,7 @@ from fastcore.basics import patch
 
 
 class _LazyFaiss:
-    "`faiss`, imported on first use: training, datastores and exact search run without it (it is the `[cpu]` / `[gpu]` extra)."
+    "`faiss`, imported on first use: training, datastores and exact search run without it (the `[cpu]`/`[gpu]` extra)."
     def __getattr__(self, name):
         global faiss
         try: import faiss as _f
@@ -38,7 +38,8 @@ def _chunks(vectors, size: int = 65_536, desc: str = 'add', progress: bool = Tru
     n = len(vectors)
     with tqdm(total=n, desc=desc, unit='vec', disable=not progress or n <= size, leave=False) as bar:
         for s in range(0, n, size):
-            yield s, np.ascontiguousarray(vectors[s:s + size], dtype=np.float32); bar.update(min(size, n - s))
+            yield s, np.ascontiguousarray(vectors[s : s + size], dtype=np.float32)
+            bar.update(min(size, n - s))
 
 # %% ../../nbs/12_index.ipynb #375036e2
 def training_sample(vectors, train_size: int = 100_000, seed: int = 0) -> np.ndarray:
@@ -67,12 +68,15 @@ def faiss_has_gpu() -> bool:
     return hasattr(faiss, 'StandardGpuResources') and faiss.get_num_gpus() > 0
 
 # %% ../../nbs/12_index.ipynb #67994e0d
-def _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, hnsw_storage='fp16'):
-    "An empty FAISS index of `kind` for `d`-dimensional vectors, ranking by inner product (HNSW: vectors in fp16 or fp32)."
+def _new_faiss(kind, d, nlist, m, nbits, hnsw_m, ef_construction, hnsw_storage='fp16'):
+    "An empty FAISS index of `kind` for `d`-dimensional vectors, ranking by inner product (HNSW: fp16 or fp32 vectors)."
     if kind == 'flat': return faiss.IndexFlatIP(d)
     if kind == 'hnsw':
-        ix = (faiss.IndexHNSWSQ(d, faiss.ScalarQuantizer.QT_fp16, hnsw_m, faiss.METRIC_INNER_PRODUCT) if hnsw_storage == 'fp16'
-              else faiss.IndexHNSWFlat(d, hnsw_m, faiss.METRIC_INNER_PRODUCT))
+        ix = (
+            faiss.IndexHNSWSQ(d, faiss.ScalarQuantizer.QT_fp16, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            if hnsw_storage == 'fp16'
+            else faiss.IndexHNSWFlat(d, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        )
         ix.hnsw.efConstruction = ef_construction
         return ix
     if d % m: raise ValueError(f"IVF-PQ needs m (bytes a code) to divide the dimension: {d} % {m} != 0 "
@@ -82,7 +86,8 @@ def _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, hnsw_storag
 # %% ../../nbs/12_index.ipynb #c65b5d65
 def max_norm(vectors, chunk: int = 65_536) -> float:
     "The largest row norm of `vectors` (read in chunks)."
-    return float(max((np.sqrt(np.einsum('ij,ij->i', x, x, dtype=np.float64).max()) for _, x in _chunks(vectors, chunk, progress=False)), default=0.0))
+    chunks = _chunks(vectors, chunk, progress=False)
+    return float(max((np.sqrt(np.einsum('ij,ij->i', x, x, dtype=np.float64).max()) for _, x in chunks), default=0.0))
 
 # %% ../../nbs/12_index.ipynb #21713e7c
 class VectorIndex:
@@ -95,9 +100,12 @@ class VectorIndex:
         "Attach the fp16 store (an array `[N, h]` or a `Datastore`) used for exact rescoring; it must match the index."
         vec = getattr(store, 'vectors', store)
         if tuple(vec.shape) != (self.params['n'], self.params['d']):
-            raise ValueError(f"store shape {tuple(vec.shape)} does not match the index ({self.params['n']}, {self.params['d']})")
+            raise ValueError(
+                f"store shape {tuple(vec.shape)} does not match the index ({self.params['n']}, {self.params['d']})"
+            )
         check_store_record(self.params.get('store'), store, 'this index', 'rebuild the index (build_index(ds))')
-        self.store = vec; return self
+        self.store = vec
+        return self
 
 # %% ../../nbs/12_index.ipynb #4a7f5a5c
 @patch
@@ -117,11 +125,13 @@ def set_search(self: VectorIndex, nprobe: int | None = None, ef_search: int | No
         try: self.index.nprobe = nprobe
         except AttributeError: faiss.GpuParameterSpace().set_index_parameter(self.index, 'nprobe', nprobe)
         if getattr(self, '_cpu_copy', None) is not None: self._cpu_copy.nprobe = nprobe
-    if ef_search is not None and self.kind == 'hnsw': self.params['ef_search'] = ef_search; self.index.hnsw.efSearch = ef_search
+    if ef_search is not None and self.kind == 'hnsw':
+        self.params['ef_search'] = ef_search
+        self.index.hnsw.efSearch = ef_search
     return self
 
 @patch
-def effective_ef_search(self: VectorIndex, k: int) -> int | None:
+def effective_ef_search(self: VectorIndex, k: int) -> int | None:  # noqa: ARG001 (callers pass k; FAISS ignores it)
     "The breadth HNSW really searches with: FAISS uses `ef_search` as set, also below `k` (None: not HNSW)."
     return int(self.params['ef_search']) if self.kind == 'hnsw' else None
 
@@ -134,9 +144,11 @@ def _backend_search(self: VectorIndex, q, k):
     "The backend's `(scores, rows)`; a FAISS-GPU index asked for more than its maximum k searches its CPU copy."
     if k > FAISS_GPU_MAX_K and 'Gpu' in type(self.index).__name__:
         if getattr(self, '_cpu_copy', None) is None:
-            warnings.warn(f"k={k} exceeds FAISS-GPU's maximum k of {FAISS_GPU_MAX_K}: this {self.kind} index is searched "
-                          f"on a CPU copy instead (slower). Use kind='flat' (exact, torch, any k on the GPU) or k <= "
-                          f"{FAISS_GPU_MAX_K} to stay on the GPU.")
+            warnings.warn(
+                f"k={k} exceeds FAISS-GPU's maximum k of {FAISS_GPU_MAX_K}: this {self.kind} index is searched "
+                f"on a CPU copy instead (slower). Use kind='flat' (exact, torch, any k on the GPU) or k <= "
+                f"{FAISS_GPU_MAX_K} to stay on the GPU."
+            )
             self._cpu_copy = faiss.index_gpu_to_cpu(self.index)
         return self._cpu_copy.search(q, k)
     return self.index.search(q, k)
@@ -150,14 +162,16 @@ def search(self: VectorIndex, q: np.ndarray, # query vectors `[Q, h]` (float32)
           ) -> tuple[np.ndarray, np.ndarray]:
     "`(scores [Q, k] float32, rows [Q, k] int64)`, best first, by inner product."
     q = np.ascontiguousarray(np.atleast_2d(q), dtype=np.float32)
-    if q.shape[1] != self.params['d']: raise ValueError(f"queries have dimension {q.shape[1]}, the index {self.params['d']}")
+    if q.shape[1] != self.params['d']:
+        raise ValueError(f"queries have dimension {q.shape[1]}, the index {self.params['d']}")
     kc = min(max(k, k_candidates or k), max(len(self), 1))
     D, I = self._backend_search(q, kc)
     I = np.asarray(I).astype(np.int64)
     if rescore and self.store is not None and not self.exact: D, I = rescore_exact(q, I, self.store)
     if D.shape[1] < k:  # fewer rows than k in the whole index
         pad = k - D.shape[1]
-        D = np.pad(D, ((0, 0), (0, pad)), constant_values=-np.inf); I = np.pad(I, ((0, 0), (0, pad)), constant_values=-1)
+        D = np.pad(D, ((0, 0), (0, pad)), constant_values=-np.inf)
+        I = np.pad(I, ((0, 0), (0, pad)), constant_values=-1)
     D = np.where(I >= 0, D, -np.inf).astype(np.float32)
     return D[:, :k], I[:, :k]
 
@@ -171,7 +185,12 @@ def nbytes(self: VectorIndex) -> int:
     if self.kind == 'flat': return 4 * n * d
     if self.kind == 'hnsw':
         g = ix.hnsw
-        return n * faiss.downcast_index(ix.storage).code_size + 4 * g.neighbors.size() + 8 * g.offsets.size() + 4 * g.levels.size()
+        return (
+            n * faiss.downcast_index(ix.storage).code_size
+            + 4 * g.neighbors.size()
+            + 8 * g.offsets.size()
+            + 4 * g.levels.size()
+        )
     code = int(p['m']) * int(p['nbits']) // 8
     return n * (code + 8) + 4 * int(p['nlist']) * d + 4 * d * 2 ** int(p['nbits'])
 
@@ -203,7 +222,8 @@ def _gpu_resources(gpu: int):
     "One `StandardGpuResources` per GPU for every FAISS-GPU index of this process (made after emptying torch's cache)."
     if gpu not in _GPU_RESOURCES:
         try:
-            import torch; torch.cuda.empty_cache()
+            import torch
+            torch.cuda.empty_cache()
         except Exception: pass
         _GPU_RESOURCES[gpu] = faiss.StandardGpuResources()
     return _GPU_RESOURCES[gpu]
@@ -211,17 +231,23 @@ def _gpu_resources(gpu: int):
 def _to_gpu(index, kind, device):
     "Move a FAISS index to the GPU with FAISS-GPU; where that is impossible keep it on the CPU and say so."
     if kind == 'hnsw':
-        warnings.warn("FAISS has no GPU HNSW: this index stays on the CPU"); return index
+        warnings.warn("FAISS has no GPU HNSW: this index stays on the CPU")
+        return index
     if not faiss_has_gpu():
-        warnings.warn(f"this FAISS has no GPU support (faiss-cpu installed, or no GPU visible): the {kind} index stays on "
-                      "the CPU (install faiss-gpu to search it on the GPU; kind='flat' searches on the GPU with torch)")
+        warnings.warn(
+            f"this FAISS has no GPU support (faiss-cpu installed, or no GPU visible): the {kind} index stays on "
+            "the CPU (install faiss-gpu to search it on the GPU; kind='flat' searches on the GPU with torch)"
+        )
         return index
     gpu = int(str(device).split(':')[1]) if ':' in str(device) else 0
-    co = faiss.GpuClonerOptions(); co.useFloat16 = True
+    co = faiss.GpuClonerOptions()
+    co.useFloat16 = True
     try: return faiss.index_cpu_to_gpu(_gpu_resources(gpu), gpu, index, co)
     except RuntimeError as e:
-        raise ValueError(f"FAISS-GPU refused this {kind} index ({str(e).strip().splitlines()[-1]}); FAISS-GPU builds without "
-                         "cuVS take IVF-PQ only with nbits=8") from e
+        raise ValueError(
+            f"FAISS-GPU refused this {kind} index ({str(e).strip().splitlines()[-1]}); FAISS-GPU builds without "
+            "cuVS take IVF-PQ only with nbits=8"
+        ) from e
 
 # %% ../../nbs/12_index.ipynb #04fddaba
 def _where(index) -> str:
@@ -242,12 +268,17 @@ def check_index_params(kind: str, n: int, d: int, **p):
     if kind == 'ivfpq':
         whole('nlist', 1, n, f' (inverted lists; the store has {n:,} vectors)')
         whole('m', 1, d, f' (PQ code bytes; it must divide the dimension {d})')
-        if p.get('m') and d % p['m']: raise ValueError(f"m={p['m']}: must divide the dimension {d} (e.g. {[k for k in (8, 16, 32, 48, 64, 96) if d % k == 0]})")
-        whole('nbits', 1, 16, ' (bits a PQ sub-code)'); whole('nprobe', 1, why=' (lists searched a query)')
+        if p.get('m') and d % p['m']:
+            raise ValueError(
+                f"m={p['m']}: must divide the dimension {d} (e.g. {[k for k in (8, 16, 32, 48, 64, 96) if d % k == 0]})"
+            )
+        whole('nbits', 1, 16, ' (bits a PQ sub-code)')
+        whole('nprobe', 1, why=' (lists searched a query)')
         whole('train_size', 1, why=' (training vectors)')
     if kind == 'hnsw':
         if p.get('hnsw_m') is not None: check_setting('hnsw_m', p['hnsw_m'])  # the range of `npm_nb.core.SETTINGS`
-        whole('ef_search', 1); whole('ef_construction', 1)
+        whole('ef_search', 1)
+        whole('ef_construction', 1)
 
 # %% ../../nbs/12_index.ipynb #e4c3503c
 def _ivf_nlist(nlist: int | None, n: int, train_size: int) -> int:
@@ -273,15 +304,17 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
                 device: str | None = None, # 'cuda' to search on the GPU (torch flat, FAISS-GPU IVF-PQ), default CPU
                 progress: bool = True,
                 ef_construction: int = HNSW_EF_CONSTRUCTION, # HNSW build breadth (240: the tuned graph)
-                chunk: int | None = None, # rows added a call (default: HNSW all in one call, the better graph; IVF-PQ 65,536)
+                chunk: int | None = None, # rows added a call (default: HNSW all at once: a better graph; IVF-PQ 65,536)
                 flat_backend: str = 'torch', # 'torch' (ExactSearch, any k) or 'faiss' (IndexFlatIP)
                 hnsw_storage: str = 'fp16', # HNSW vectors: 'fp16' (IndexHNSWSQ, 2·h bytes) or 'fp32' (IndexHNSWFlat)
                ) -> VectorIndex:
     "Build a `kind` index over the rows of `vectors`, ranking by inner product, with the fp16 store attached."
     if kind not in KINDS: raise ValueError(f"kind={kind!r}: choose one of {KINDS}")
-    if flat_backend not in ('torch', 'faiss'): raise ValueError(f"flat_backend={flat_backend!r}: use 'torch' or 'faiss'")
+    if flat_backend not in ('torch', 'faiss'):
+        raise ValueError(f"flat_backend={flat_backend!r}: use 'torch' or 'faiss'")
     if hnsw_storage not in ('fp16', 'fp32'): raise ValueError(f"hnsw_storage={hnsw_storage!r}: use 'fp16' or 'fp32'")
-    store = vectors; vec = getattr(vectors, 'vectors', vectors)
+    store = vectors
+    vec = getattr(vectors, 'vectors', vectors)
     n, d = vec.shape
     if n == 0: raise ValueError("cannot index an empty store (0 vectors)")
     check_index_params(kind, n, d, nlist=nlist, m=m, nbits=nbits, nprobe=nprobe, hnsw_m=hnsw_m, ef_search=ef_search,
@@ -301,18 +334,19 @@ def build_index(vectors, # the fp16 store `[N, h]` (array, memmap) or a `Datasto
     on_gpu = device is not None and str(device).startswith('cuda')
     if torch_flat: index = _TorchFlat(vec, device or 'cpu')
     else:
-        index = _new_faiss(kind, d, n, nlist, m, nbits, hnsw_m, ef_construction, hnsw_storage)
+        index = _new_faiss(kind, d, nlist, m, nbits, hnsw_m, ef_construction, hnsw_storage)
         if kind == 'ivfpq':
             sample = training_sample(vec, train_size, seed)
             if len(sample) < max(nlist, 2 ** nbits):
-                raise ValueError(f"IVF-PQ needs at least max(nlist, 2**nbits) = {max(nlist, 2 ** nbits)} training vectors, "
-                                 f"got {len(sample)}: use kind='flat', a smaller nlist/nbits, or more data")
+                raise ValueError(f"IVF-PQ needs at least max(nlist, 2**nbits) = {max(nlist, 2 ** nbits)} training "
+                                 f"vectors, got {len(sample)}: use kind='flat', a smaller nlist/nbits, or more data")
             if on_gpu: index = _to_gpu(index, kind, device)
             index.train(sample)
         elif on_gpu: index = _to_gpu(index, kind, device)
         chunk = chunk or (n if kind == 'hnsw' else 65_536)
         for _, x in _chunks(vec, chunk, desc=f'index[{kind}]', progress=progress): index.add(x)
-    params['build_s'] = round(time.perf_counter() - t0, 3); params['device'] = _where(index)
+    params['build_s'] = round(time.perf_counter() - t0, 3)
+    params['device'] = _where(index)
     return VectorIndex(index, kind, params, store=store).set_search(nprobe, ef_search)
 
 # %% ../../nbs/12_index.ipynb #6b2d4e11
@@ -322,7 +356,7 @@ from contextlib import contextmanager
 def faiss_blas_path(block: int = 16_384, # database rows a BLAS product
                     threshold: int = 0, # nq·d from which FAISS uses BLAS (0: always)
                    ):
-    "Inside the block FAISS's flat search multiplies with BLAS, `block` database rows a product; the settings are restored after it."
+    "Inside the block FAISS's flat search multiplies with BLAS, `block` database rows a product; restored after it."
     cv = faiss.cvar
     old = cv.distance_compute_blas_threshold, cv.distance_compute_blas_database_bs
     cv.distance_compute_blas_threshold, cv.distance_compute_blas_database_bs = threshold, block
@@ -330,15 +364,17 @@ def faiss_blas_path(block: int = 16_384, # database rows a BLAS product
     finally: cv.distance_compute_blas_threshold, cv.distance_compute_blas_database_bs = old
 
 def openblas_core() -> str:
-    "The kernel set the OpenBLAS bundled with faiss-cpu chose for this CPU (`openblas_get_corename`), or why it is unknown."
+    "The kernels the OpenBLAS bundled with faiss-cpu chose for this CPU (`openblas_get_corename`), or why unknown."
     import ctypes, glob
-    libs = glob.glob(os.path.join(os.path.dirname(os.path.dirname(faiss.__file__)), 'faiss_cpu.libs', 'libopenblas*.so*'))
+    libs = glob.glob(
+        os.path.join(os.path.dirname(os.path.dirname(faiss.__file__)), 'faiss_cpu.libs', 'libopenblas*.so*')
+    )
     if not libs: return 'unknown (no OpenBLAS bundled with faiss: it links the system BLAS)'
     try:
-        f = ctypes.CDLL(libs[0]).openblas_get_corename; f.restype = ctypes.c_char_p
+        f = ctypes.CDLL(libs[0]).openblas_get_corename
+        f.restype = ctypes.c_char_p
         return f().decode()
     except (OSError, AttributeError) as e: return f'unknown ({e})'
-
 
 # %% ../../nbs/12_index.ipynb #f7bebf8a
 def recall_at_k(rows: np.ndarray, # rows returned by an index [Q, >=k]
@@ -353,7 +389,7 @@ def recall_interval(rows: np.ndarray, # rows returned by an index [Q, >=k]
                     k: int, # recall@k
                     z: float = 1.96, # the normal quantile (1.96: a 95% interval)
                    ) -> tuple[float, float, float]:
-    "`(mean, low, high)`: recall@k and its interval over queries, mean ± z·sd/√n of the per-query recalls, within [0, 1]."
+    "`(mean, low, high)`: recall@k and its interval over queries, mean ± z·sd/√n of per-query recalls, within [0, 1]."
     r = np.array([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(rows, exact_rows)], np.float64)
     if not len(r): raise ValueError("recall_interval needs at least one query")
     half = z * r.std(ddof=1) / math.sqrt(len(r)) if len(r) > 1 else math.inf
@@ -363,7 +399,8 @@ def recall_interval(rows: np.ndarray, # rows returned by an index [Q, >=k]
 @patch
 def save(self: VectorIndex, path):
     "Write the index to the folder `path` (`index.faiss` + `index.json`), atomically."
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
     ix = self.index
     if isinstance(ix, _TorchFlat): (path/'index.faiss').unlink(missing_ok=True)  # a copy of the store: nothing to save
     else:
@@ -382,14 +419,18 @@ def load_index(path, # a folder written by `VectorIndex.save`
     path = Path(path)
     if not (path/'index.json').exists(): raise FileNotFoundError(f"no index at {path}: index.json missing")
     fix = f'delete {path} and build the index again (build_index(ds).save(path))'
-    params = read_json(path/'index.json', fix=fix); kind = params.get('kind')
-    if kind not in KINDS or not {'n', 'd'} <= set(params): raise ValueError(f"{path/'index.json'} is damaged (no kind, n or d): {fix}")
+    params = read_json(path / 'index.json', fix=fix)
+    kind = params.get('kind')
+    if kind not in KINDS or not {'n', 'd'} <= set(params):
+        raise ValueError(f"{path / 'index.json'} is damaged (no kind, n or d): {fix}")
     if kind == 'flat' and params.get('flat_backend') == 'torch':  # rebuilt from the store
-        if store is None: raise ValueError(f"{path} is an exact (torch) index, which keeps no vectors of its own: pass store=")
+        if store is None:
+            raise ValueError(f"{path} is an exact (torch) index, which keeps no vectors of its own: pass store=")
         vec = getattr(store, 'vectors', store)
         if tuple(vec.shape) != (params['n'], params['d']):
             raise ValueError(f"store shape {tuple(vec.shape)} does not match the index ({params['n']}, {params['d']})")
-        index = _TorchFlat(vec, device or 'cpu'); params['device'] = index.device
+        index = _TorchFlat(vec, device or 'cpu')
+        params['device'] = index.device
         return VectorIndex(index, kind, params, store=store)
     f = path/'index.faiss'
     if not f.exists(): raise FileNotFoundError(f"{f} is missing: {fix}")
@@ -397,9 +438,14 @@ def load_index(path, # a folder written by `VectorIndex.save`
         raise ValueError(f"{f} is damaged (its content changed since it was saved): {fix}")
     try: index = faiss.read_index(str(f))
     except RuntimeError as e: raise ValueError(f"{f} is damaged ({str(e).splitlines()[0][:160]}): {fix}") from e
-    if index.ntotal != params['n']: raise ValueError(f"{f} holds {index.ntotal} vectors, index.json says {params['n']}: {fix}")
+    if index.ntotal != params['n']:
+        raise ValueError(f"{f} holds {index.ntotal} vectors, index.json says {params['n']}: {fix}")
     params.pop('faiss_xxh3', None)
-    if params.get('mips') == 'l2': raise ValueError(f"{path} holds an HNSW graph on L2-extended vectors, which this version dropped (its recall on our vectors stayed below 0.1): {fix}")
+    if params.get('mips') == 'l2':
+        raise ValueError(
+            f"{path} holds an HNSW graph on L2-extended vectors, which this version dropped (its recall on our "
+            f"vectors stayed below 0.1): {fix}"
+        )
     if device is not None and str(device).startswith('cuda'): index = _to_gpu(index, kind, device)
     params['device'] = _where(index)
     return VectorIndex(index, kind, params, store=store).set_search(params.get('nprobe'), params.get('ef_search'))
