@@ -28,13 +28,10 @@ __all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'PAPER_SCORING', 'TEMPORAL', 'RUN_ONLY_FI
            'elapsed', 'bf16_autocast', 'closed_set_corpora', 'closed_set_rows', 'profile_parameters']
 
 # %% ../../nbs/20_reference.ipynb #2c213e56
-MODEL_ROWS = {
-    'npm': 'NPM (ours, trained)',
-    'single': 'NPM-single (ours, trained)',
-    'init': 'MiniLM init, NPM scoring (untrained)',
-    'init_single': 'MiniLM init, NPM-single scoring (untrained)',
-    'mlm': 'MLM-continued MiniLM (parametric)',
-}
+MODEL_ROWS = {'npm': 'NPM (ours, trained)', 'single': 'NPM-single (ours, trained)',
+              'init': 'MiniLM init, NPM scoring (untrained)',
+              'init_single': 'MiniLM init, NPM-single scoring (untrained)',
+              'mlm': 'MLM-continued MiniLM (parametric)'}
 
 def trained_path(profile: str, objective: str) -> Path:
     "The final checkpoint of `objective` for `profile`, or a clear error."
@@ -56,8 +53,8 @@ def load_row_model(row: str, # one of MODEL_ROWS
     if row == 'mlm':
         p = trained_path(profile, 'mlm')
         return AutoModelForMaskedLM.from_pretrained(p).to(device).eval(), load_tokenizer(str(p))
-    if row.startswith('init'):
-        return NPM.from_pretrained(base, mode='single' if row == 'init_single' else 'npm', device=device)
+    if row.startswith('init'): return NPM.from_pretrained(base, mode='single' if row == 'init_single' else 'npm',
+                                                          device=device)
     return NPM.from_pretrained(str(trained_path(profile, row)), mode=row, device=device)
 
 # %% ../../nbs/20_reference.ipynb #61b28021
@@ -91,7 +88,7 @@ def _budget_indices(docs, budget: int, tok, seed: int, skip=None, chunk: int = 6
     "Sorted rows of a seeded subset of `docs` whose tokens fit `budget` (none flagged by `skip`), and the tokens used."
     order, keep, used = np.random.default_rng(seed).permutation(len(docs)), [], 0
     for s in range(0, len(order), chunk):
-        idx = order[s : s + chunk].tolist()
+        idx = order[s:s + chunk].tolist()
         texts = [t or '' for t in _column(docs.select(idx), 'text')]
         if skip is not None:
             ok = ~skip(texts)
@@ -131,7 +128,7 @@ def drop_matches(texts, # the candidate documents' texts
             out[i] = True
             continue
         for j in range(len(w) - probe + 1) if long else ():
-            if any(w[j : j + len(f)] == f for f in long.get(w[j : j + probe], ())):
+            if any(w[j:j + len(f)] == f for f in long.get(w[j:j + probe], ())):
                 out[i] = True
                 break
     return out
@@ -140,11 +137,9 @@ def drop_matches(texts, # the candidate documents' texts
 def _size(name: str) -> float:
     "A corpus's MiniLM tokens from its build record (infinite when unknown): budget shares go to the smallest first."
     try:
-        return float(
-            json.loads((Path(_corpus(name).cache_files[0]['filename']).parent / 'build.json').read_text())['tokens']
-        )
-    except Exception:
-        return float('inf')
+        build = Path(_corpus(name).cache_files[0]['filename']).parent/'build.json'
+        return float(json.loads(build.read_text())['tokens'])
+    except Exception: return float('inf')
 
 # %% ../../nbs/20_reference.ipynb #c8cbf482
 def reference_corpus(names, # corpus names (`npm_nb.data.corpora.CORPORA`, or 'translation')
@@ -176,27 +171,23 @@ def _select(names, max_tokens, seed, tok, keep, drop):
     for n in names:
         d = _corpus(n).select_columns(['id', 'title', 'text', 'source'])
         d = d.cast(d.features)
-        if skip and not max_tokens:
-            d = d.select(np.flatnonzero(~skip(_column(d, 'text'))).tolist())  # everything: check all
+        # everything: check all
+        if skip and not max_tokens: d = d.select(np.flatnonzero(~skip(_column(d, 'text'))).tolist())
         kept[n] = [i for i, x in enumerate(_column(d, 'id')) if x in keep]
-        if skip and kept[n]:
-            kept[n] = [i for i, bad in zip(kept[n], skip(_column(d.select(kept[n]), 'text'))) if not bad]
+        if skip and kept[n]: kept[n] = [i for i, bad in zip(kept[n], skip(_column(d.select(kept[n]), 'text')))
+                                        if not bad]
         if kept[n] and max_tokens:
-            used += sum(
-                len(x)
-                for x in tok([t or '' for t in _column(d.select(kept[n]), 'text')], add_special_tokens=False)[
-                    'input_ids'
-                ]
-            )
+            used += sum(len(x)
+                        for x in tok([t or '' for t in _column(d.select(kept[n]), 'text')],
+                                     add_special_tokens=False)['input_ids'])
         corpora[n] = d
     if not max_tokens: return datasets.concatenate_datasets([corpora[n] for n in names])
     budget, parts = max(0, max_tokens - used), {}
     for k, n in enumerate(sorted(names, key=_size)):   # smallest first: a corpus below its share passes the rest on
         d, share = corpora[n], budget // (len(names) - k)
         rest = np.setdiff1d(np.arange(len(d)), kept[n])
-        idx, u = (
-            _budget_indices(d.select(rest.tolist()), share, tok, seed, skip) if share > 0 and len(rest) else ([], 0)
-        )
+        idx, u = (_budget_indices(d.select(rest.tolist()), share, tok, seed, skip) if share > 0 and len(rest)
+                  else ([], 0))
         parts[n] = d.select(sorted(kept[n] + rest[idx].tolist()))
         budget -= u
     return datasets.concatenate_datasets([parts[n] for n in names])
@@ -321,7 +312,7 @@ def plain_blocks(docs, # documents (a Dataset with `text`)
         parts = []
         for d in dict.fromkeys(di[cs >= 0].tolist()):
             sel = (di == d) & (cs >= 0)
-            parts.append(texts[d][cs[sel].min() : ce[sel].max()])
+            parts.append(texts[d][cs[sel].min():ce[sel].max()])
         out.append('\n'.join(parts))
     return out
 
@@ -330,57 +321,36 @@ def store_path(profile: str, key: str, names, max_tokens=None, remove_stopwords:
                keep=None, drop=None, amp: str | None = None) -> Path:
     "Where the datastore of this encoder row and corpus selection (and encoding precision) is cached."
     names = [names] if isinstance(names, str) else list(names)
-    sel = (
-        '+'.join(names)
-        + f"-{max_tokens or 'all'}"
-        + (f'-s{seed}' if seed else '')
-        + ('-nostop' if remove_stopwords else '')
-    )
+    sel = ('+'.join(names) + f"-{max_tokens or 'all'}" + (f'-s{seed}' if seed else '')
+           + ('-nostop' if remove_stopwords else ''))
     if amp and amp != 'none': sel += f'-{amp}'  # an fp32 store and a bf16 one of the same corpus are different stores
     if keep: sel += f'-keep{len(set(keep))}x{_digest(keep)}'
     if drop: sel += f"-drop{len(set(drop))}x{_digest(' '.join(_words(t)) for t in drop)}"
     return data_dir('cache', 'datastores', profile, key, sel)
 
 # %% ../../nbs/20_reference.ipynb #e7a9a71b
-def reference_datastore(
-    model: NPM,  # the row's model (its encoder fills the store)
-    key: str,  # the row's store key (`store_key(row)`)
-    names,  # reference corpus names
-    profile: str = 'smoke',
-    max_tokens: int | None = None,
-    remove_stopwords: bool = False,
-    seed: int = 0,
-    max_len: int = 256,
-    batch_size: int = 32,
-    progress: bool = True,
-    keep=None,
-    drop=None,  # see `reference_corpus`
-    amp: str | None = None,  # encoder autocast: None (fp32) or 'bf16' (`encode_blocks`; own cache path)
-) -> Datastore:
+def reference_datastore(model: NPM, # the row's model (its encoder fills the store)
+                        key: str, # the row's store key (`store_key(row)`)
+                        names, # reference corpus names
+                        profile: str = 'smoke',
+                        max_tokens: int | None = None, remove_stopwords: bool = False, seed: int = 0,
+                        max_len: int = 256, batch_size: int = 32, progress: bool = True,
+                        keep=None, drop=None, # see `reference_corpus`
+                        amp: str | None = None, # encoder autocast: None (fp32) or 'bf16' (its own cache path)
+                       ) -> Datastore:
     "The cached datastore, built (resumably) from `reference_corpus(names, max_tokens, keep=, drop=)` on first use."
     fp = encoder_fingerprint(model.encoder)[:8]  # a retrained model gets its own store, never a stale one
     path = store_path(profile, f'{key}-{fp}', names, max_tokens, remove_stopwords, seed, keep, drop, amp)
-    if (
-        (path / 'manifest.json').exists()
-        and not (path / 'pending').exists()
-        and read_json(path / 'manifest.json').get('parts')
-    ):
+    done = (path/'manifest.json').exists() and not (path/'pending').exists()
+    if done and read_json(path/'manifest.json').get('parts'):
         # finished: the path names the corpus selection, no need to re-select it; `load` checks encoder and tokenizer
         # against the manifest, and the checksums the first time this process opens the store
         return Datastore.load(path, model.encoder, model.tok)
     docs = reference_corpus(names, max_tokens, seed, model.tok, keep=keep, drop=drop)
-    return Datastore.build(
-        docs,
-        model.encoder,
-        model.tok,
-        path,
-        max_len=max_len,
-        batch_size=batch_size,
-        remove_stopwords=remove_stopwords,
-        source='+'.join([names] if isinstance(names, str) else names),
-        progress=progress,
-        amp=amp,
-    )
+    return Datastore.build(docs, model.encoder, model.tok, path, max_len=max_len, batch_size=batch_size,
+                           remove_stopwords=remove_stopwords,
+                           source='+'.join([names] if isinstance(names, str) else names),
+                           progress=progress, amp=amp)
 
 # %% ../../nbs/20_reference.ipynb #3f33a87b
 def reference_bm25(ds: Datastore) -> BM25Retriever:
@@ -392,42 +362,26 @@ def reference_bm25(ds: Datastore) -> BM25Retriever:
                 warnings.simplefilter('ignore')
                 bm = BM25Retriever.load(p)  # verifies the files' checksums
             if bm.store == store_fingerprint(ds): return bm
-            why = (
-                'built on another state of the store (e.g. before an add)'
-                if bm.store
-                else 'from an older version (no record)'
-            )
+            why = ('built on another state of the store (e.g. before an add)' if bm.store
+                   else 'from an older version (no record)')
         except (ValueError, OSError) as e: why = f'damaged ({str(e)[:120]})'
         warnings.warn(f"the cached BM25 index {p} is {why}: rebuilding it")
     with hold_lock(ds.path, 'datastore'):
         bm, tmp = BM25Retriever(ds), p.with_name('.bm25.tmp')
         shutil.rmtree(tmp, ignore_errors=True)
         bm.save(tmp)
-        (tmp / 'done').write_text('ok')
+        (tmp/'done').write_text('ok')
         shutil.rmtree(p, ignore_errors=True)
         os.replace(tmp, p)
     return bm
 
 # %% ../../nbs/20_reference.ipynb #devcrit1
-from npm_nb.npm.inference import (
-    bm25_query,
-    block_rows,
-    similarity,
-    token_table,
-    candidate_spans,
-    span_probs,
-    phrase_texts,
-    occurrence_scores,
-    aggregate_phrases,
-    check_search_args,
-)
+from ..npm.inference import (bm25_query, block_rows, similarity, token_table, candidate_spans, span_probs,
+                                  phrase_texts, occurrence_scores, aggregate_phrases, check_search_args)
 from ..npm.evaluation import exact_match
 
-PAPER_SCORING = (
-    'sum',
-    1.0,
-    0.5,
-)  # (agg, temperature, w_start): the paper's phrase score, P_start + P_end summed over occurrences
+# (agg, temperature, w_start): the paper's phrase score, P_start + P_end summed over occurrences
+PAPER_SCORING = ('sum', 1.0, 0.5)
 TEMPORAL = 'temporal unchanged'  # the temporal task's stratum name
 
 def setting_answers(npm: NPM, ds: Datastore, bm25, # the model, its store and a BM25 index of the store
@@ -453,14 +407,9 @@ def setting_answers(npm: NPM, ds: Datastore, bm25, # the model, its store and a 
             continue
         texts, lengths = phrase_texts(ds, tt, f, l), l - f + 1
         probs = {T: span_probs(ds, tt, qs[i], qe[i], f, l, sims[0], sims[1], T, npm.device) for T in temps}
-        out.append(
-            {
-                (a, T, w): texts[
-                    aggregate_phrases(texts, occurrence_scores(*probs[T], w), lengths, 0.0, npm.fold_case, a)[0][0]
-                ]
-                for a, T, w in settings
-            }
-        )
+        out.append({(a, T, w): texts[aggregate_phrases(texts, occurrence_scores(*probs[T], w), lengths, 0.0,
+                                                       npm.fold_case, a)[0][0]]
+                    for a, T, w in settings})
     return out
 
 # %% ../../nbs/20_reference.ipynb #bfe15670
@@ -481,10 +430,8 @@ def open_set_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER
                      max_mentions: int = 3, seed: int = 0, restrict_k: int = 3, l_max: int = 10, batch_size: int = 32,
                      encode_amp: str = 'none') -> tuple:
     "`(store, bm25, {task: (examples, answers)})`: the open-set tasks as `05_open_set` evaluates them (its store)."
-    names, tasks = (
-        list(corpora.split(',') if isinstance(corpora, str) else corpora),
-        list(tasks.split(',') if isinstance(tasks, str) else tasks),
-    )
+    names = list(corpora.split(',') if isinstance(corpora, str) else corpora)
+    tasks = list(tasks.split(',') if isinstance(tasks, str) else tasks)
     examples, _, keep = open_selection(names, tasks, per_bucket, seed, max_mentions, split=split)
     ds = reference_datastore(npm, 'npm', names, profile, max_tokens or None, remove_stopwords=True, seed=seed,
                              batch_size=batch_size, progress=False, keep=keep, amp=encode_amp)
@@ -503,28 +450,19 @@ def temporal_selection(year: str, # the Factbook edition: '2015' or '2025'
                        max_len: int, amp: str = 'none', # the block length and the encoding precision
                       ) -> str:
     "The cache name of a temporal datastore (stopwords removed): edition, country sample, sections, blocks, precision."
-    return (
-        f"factbook{year}-{'all' if countries is None else countries}c-s{seed}{'' if split == 'test' else '-' + split}-"
-        f"{'+'.join(sorted(sections)).replace(' ', '_') or 'whole'}-L{max_len}-nostop"
-        + ('' if amp == 'none' else f'-{amp}')
-    )
+    return (f"factbook{year}-{'all' if countries is None else countries}c-s{seed}"
+            f"{'' if split == 'test' else '-' + split}-"
+            f"{'+'.join(sorted(sections)).replace(' ', '_') or 'whole'}-L{max_len}-nostop"
+            + ('' if amp == 'none' else f'-{amp}'))
 
 # %% ../../nbs/20_reference.ipynb #4c5dd063
-def temporal_answers(
-    npm: NPM,
-    profile: str,
-    split: str = 'dev',
-    settings=(PAPER_SCORING,),
-    n_countries: int = 6,  # countries of the split, seeded (0: all)
-    sections: str = 'Introduction,Government',  # Factbook sections kept in each document
-    seed: int = 0,
-    restrict_k: int = 3,
-    l_max: int = 10,
-    max_len: int = 256,
-    batch_size: int = 32,
-    encode_amp: str = 'none',
-    own_suffix: str = '-21scoring',  # the store's name when 06_temporal's holds other countries
-) -> tuple:
+def temporal_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER_SCORING,),
+                     n_countries: int = 6, # countries of the split, seeded (0: all)
+                     sections: str = 'Introduction,Government', # Factbook sections kept in each document
+                     seed: int = 0, restrict_k: int = 3, l_max: int = 10, max_len: int = 256, batch_size: int = 32,
+                     encode_amp: str = 'none',
+                     own_suffix: str = '-21scoring', # the store's name when 06_temporal's holds other countries
+                    ) -> tuple:
     "`(facts, answers)`: the temporal task's unchanged facts against the 2025 Factbook (as `06_temporal`)."
     keep_s = {s.strip() for s in sections.split(',') if s.strip()}
     fb = load_corpus('factbook2025')
@@ -538,101 +476,54 @@ def temporal_answers(
     if n_countries and n_countries < len(countries):
         countries = sorted(np.random.default_rng(seed).choice(countries, n_countries, replace=False).tolist())
     task = task[task.gec.isin(countries) & ~task.changed].reset_index(drop=True)
-    docs = (
-        fb.select(sorted(gec[g] for g in countries))
-        .select_columns(['id', 'title', 'text', 'source'])
-        .map(lambda r: {'text': keep_sections(r['text'], keep_s)})
-    )
+    docs = (fb.select(sorted(gec[g] for g in countries)).select_columns(['id', 'title', 'text', 'source'])
+              .map(lambda r: {'text': keep_sections(r['text'], keep_s)}))
     sel = temporal_selection('2025', len(countries) if n_countries else None, seed, split, keep_s, max_len, encode_amp)
     path = data_dir('cache', 'datastores', profile, f'npm-{encoder_fingerprint(npm.encoder)[:8]}', sel)
-    build = lambda p: Datastore.build(
-        docs,
-        npm.encoder,
-        npm.tok,
-        p,
-        max_len=max_len,
-        batch_size=batch_size,
-        remove_stopwords=True,
-        device=npm.device,
-        source='factbook2025',
-        progress=False,
-        amp=encode_amp,
-    )
-    try:
-        ds = build(path)
-    except ValueError as e:  # that name holds another country sample (06_temporal samples its own): a store of our own
-        if 'corpus mismatch' not in str(e):
-            raise
+    build = lambda p: Datastore.build(docs, npm.encoder, npm.tok, p, max_len=max_len, batch_size=batch_size,
+                                      remove_stopwords=True,
+                                      device=npm.device, source='factbook2025', progress=False, amp=encode_amp)
+    try: ds = build(path)
+    except ValueError as e:   # that name holds another country sample (06_temporal samples its own): a store of our own
+        if 'corpus mismatch' not in str(e): raise
         ds = build(path.with_name(path.name + own_suffix))
-    return task, setting_answers(
-        npm, ds, reference_bm25(ds), task['query'].tolist(), [None] * len(task), settings, restrict_k, l_max, batch_size
-    )
+    return task, setting_answers(npm, ds, reference_bm25(ds), task['query'].tolist(), [None] * len(task), settings,
+                                 restrict_k, l_max, batch_size)
 
 # %% ../../nbs/20_reference.ipynb #devcrit3
 def setting_hits(answers: list, golds, settings) -> dict:
     "Per setting, each example's EM in % (0 or 100)."
-    return {
-        s: 100 * np.array([bool(a[s]) and exact_match(a[s], g) for a, g in zip(answers, golds)], dtype=float)
-        for s in settings
-    }
+    return {s: 100 * np.array([bool(a[s]) and exact_match(a[s], g) for a, g in zip(answers, golds)], dtype=float)
+            for s in settings}
 
 # %% ../../nbs/20_reference.ipynb #05d0bffb
-def dev_evaluation(
-    npm,  # an `NPM`, or the path of a checkpoint (loaded in NPM mode)
-    profile: str,
-    split: str = 'dev',
-    settings=(PAPER_SCORING,),
-    device: str | None = None,
-    per_bucket: int = 4,
-    n_countries: int = 6,  # examples: per open-set task and bucket; temporal countries
-    **kw,  # the settings of `open_set_answers` and `temporal_answers` (max_tokens, sections, restrict_k, l_max ...)
-) -> dict:
+def dev_evaluation(npm, # an `NPM`, or the path of a checkpoint (loaded in NPM mode)
+                   profile: str, split: str = 'dev', settings=(PAPER_SCORING,), device: str | None = None,
+                   per_bucket: int = 4, n_countries: int = 6, # examples: per open-set task and bucket; countries
+                   **kw, # the settings of `open_set_answers` and `temporal_answers` (max_tokens, sections ...)
+                  ) -> dict:
     "The criterion's evaluation of one NPM: per setting the hits (%) of each example, their strata, the example counts."
-    if not isinstance(npm, NPM):
-        npm = NPM.from_pretrained(str(npm), mode='npm', device=device or default_device())
+    if not isinstance(npm, NPM): npm = NPM.from_pretrained(str(npm), mode='npm', device=device or default_device())
     settings = [tuple(s) for s in settings]
-    open_kw = {
-        k: kw[k]
-        for k in (
-            'corpora',
-            'tasks',
-            'max_tokens',
-            'max_mentions',
-            'seed',
-            'restrict_k',
-            'l_max',
-            'batch_size',
-            'encode_amp',
-        )
-        if k in kw
-    }
-    temp_kw = {
-        k: kw[k]
-        for k in ('sections', 'seed', 'restrict_k', 'l_max', 'max_len', 'batch_size', 'encode_amp', 'own_suffix')
-        if k in kw
-    }
-    if bad := set(kw) - set(open_kw) - set(temp_kw):
+    open_kw = {k: kw[k]
+               for k in ('corpora', 'tasks', 'max_tokens', 'max_mentions', 'seed', 'restrict_k', 'l_max', 'batch_size',
+                         'encode_amp') if k in kw}
+    temp_kw = {k: kw[k]
+               for k in ('sections', 'seed', 'restrict_k', 'l_max', 'max_len', 'batch_size', 'encode_amp',
+                         'own_suffix') if k in kw}
+    if (bad := set(kw) - set(open_kw) - set(temp_kw)):
         raise TypeError(f'dev_evaluation: unknown settings {sorted(bad)}')
     ds, bm, open_res = open_set_answers(npm, profile, split, settings, per_bucket=per_bucket, **open_kw)
     facts, temp_ans = temporal_answers(npm, profile, split, settings, n_countries=n_countries, **temp_kw)
     strata, parts = [], {s: [] for s in settings}
     for t, (d, ans) in open_res.items():
         strata += [(t, int(b)) for b in d.bucket.clip(upper=4)]
-        for s, h in setting_hits(ans, d['answers'], settings).items():
-            parts[s].append(h)
+        for s, h in setting_hits(ans, d['answers'], settings).items(): parts[s].append(h)
     strata += [(TEMPORAL, 0)] * len(facts)
-    for s, h in setting_hits(temp_ans, facts['answers_new'], settings).items():
-        parts[s].append(h)
-    return {
-        'hits': {s: np.concatenate(v) for s, v in parts.items()},
-        'strata': strata,
-        'n': {t: len(d) for t, (d, _) in open_res.items()} | {TEMPORAL: len(facts)},
-        'open': open_res,
-        'temporal': (facts, temp_ans),
-        'store': ds,
-        'bm25': bm,
-        'model': npm,
-    }
+    for s, h in setting_hits(temp_ans, facts['answers_new'], settings).items(): parts[s].append(h)
+    return {'hits': {s: np.concatenate(v) for s, v in parts.items()}, 'strata': strata,
+            'n': {t: len(d) for t, (d, _) in open_res.items()} | {TEMPORAL: len(facts)},
+            'open': open_res, 'temporal': (facts, temp_ans), 'store': ds, 'bm25': bm, 'model': npm}
 
 # %% ../../nbs/20_reference.ipynb #devcrit5
 def stratum_weights(strata) -> dict:
@@ -655,7 +546,7 @@ def criterion(hits, # per example: its EM in %
     for g, w in stratum_weights(keys).items():
         xg = x[idx[g]]
         m += w * xg.mean()
-        v += w**2 * (xg.var(ddof=1) / len(xg) if len(xg) > 1 else 0.0)
+        v += w ** 2 * (xg.var(ddof=1) / len(xg) if len(xg) > 1 else 0.0)
     return float(m), float(np.sqrt(v))
 
 # %% ../../nbs/20_reference.ipynb #73e5b390
@@ -667,29 +558,16 @@ def task_scores(hits, strata) -> dict:
     "Each task's macro EM (mean over its buckets), in the order the tasks first appear."
     x, keys, out = np.asarray(hits, dtype=float), [tuple(k) for k in strata], {}
     for t in dict.fromkeys(k[0] for k in keys):
-        out[t] = float(
-            np.mean(
-                [
-                    x[[i for i, k in enumerate(keys) if k == (t, b)]].mean()
-                    for b in sorted({k[1] for k in keys if k[0] == t})
-                ]
-            )
-        )
+        out[t] = float(np.mean([x[[i for i, k in enumerate(keys) if k == (t, b)]].mean()
+                                for b in sorted({k[1] for k in keys if k[0] == t})]))
     return out
 
 # %% ../../nbs/20_reference.ipynb #recipe01
 import dataclasses, glob as _glob
 from ..npm.training import TrainConfig
 
-RUN_ONLY_FIELDS = (
-    'profile',
-    'out_dir',
-    'log_every',
-    'save_every',
-    'keep_last',
-    'device',
-    'workers',
-)  # do not change the weights
+# the fields that do not change the weights
+RUN_ONLY_FIELDS = ('profile', 'out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'workers')
 
 def training_fields(cfg) -> dict:
     "The fields of a `TrainConfig` (or its `train_config.json` dict) that decide the trained weights, comparable."
@@ -715,26 +593,21 @@ def finished_run(cfg, # the recipe's TrainConfig
     return None
 
 # %% ../../nbs/20_reference.ipynb #19368b36
-def training_minutes(
-    out_dir,
-    at_quantile: float | None = None,  # None: as logged; q: every interval at the q-quantile of the logged speeds
-) -> float:
+def training_minutes(out_dir,
+                     at_quantile: float | None = None, # None: as logged; q: at the q-quantile of the logged speeds
+                    ) -> float:
     "Minutes of a run's training loop from its metrics.jsonl (NaN without one): wall clock, or at its own fast speed."
-    p = Path(out_dir) / 'metrics.jsonl'
-    if not p.exists():
-        return float('nan')
+    p = Path(out_dir)/'metrics.jsonl'
+    if not p.exists(): return float('nan')
     rows = {}
     for line in p.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
             rows[r['step']] = r  # a resumed run logs its repeated steps again: the last counts
-    if not rows:
-        return float('nan')
-    if (
-        at_quantile is not None
-    ):  # a run slowed down by other work on the machine: its tokens at the speed of its fast intervals
-        if not 0 < at_quantile <= 1:
-            raise ValueError(f'at_quantile={at_quantile}: use a fraction in (0, 1], e.g. 0.9')
+    if not rows: return float('nan')
+    # a run slowed down by other work on the machine: its tokens at the speed of its fast intervals
+    if at_quantile is not None:
+        if not 0 < at_quantile <= 1: raise ValueError(f'at_quantile={at_quantile}: use a fraction in (0, 1], e.g. 0.9')
         speed = float(np.quantile([r['tokens_per_s'] for r in rows.values()], at_quantile))
         return rows[max(rows)]['tokens'] / max(speed, 1e-9) / 60
     secs, prev = 0.0, 0
