@@ -23,6 +23,7 @@ def offline_mode():
 
 offline_mode()
 
+# %% ../nbs/02_models.ipynb #6ed52763
 def default_device() -> str:
     "`cuda` when a GPU is visible, otherwise `cpu`."
     import torch
@@ -39,6 +40,7 @@ def _package_dir(module: str) -> Path | None:
     spec = importlib.util.find_spec(module)  # locate without importing (some packages' __init__ needs extras)
     return Path(list(spec.submodule_search_locations)[0]) if spec and spec.submodule_search_locations else None
 
+# %% ../nbs/02_models.ipynb #8cacc59c
 def _mpnet_dir() -> Path:
     out = data_dir('cache', 'models', 'all-mpnet-base-v2')
     if (out/'config.json').exists(): return out
@@ -57,6 +59,7 @@ def _mpnet_dir() -> Path:
     cfg.rename(out); shutil.rmtree(tmp_dir, ignore_errors=True); tmp_zip.unlink()
     return out
 
+# %% ../nbs/02_models.ipynb #2d9333a7
 def resolve_model(name: str = 'minilm', # an alias (`minilm`, `mpnet`), a local folder, or a Hugging Face id
                  ) -> str:
     "Where `from_pretrained` should look for `name`."
@@ -82,6 +85,7 @@ def _stamp(folder: Path, names) -> tuple:
         s = p.stat(); return (s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino)
     return tuple((n, st(folder/n)) for n in sorted(names))
 
+# %% ../nbs/02_models.ipynb #120eaa24
 def write_model_checksums(folder) -> dict:
     "Record the checksum of every file of a model folder in `<folder>/checksums.json`; return them."
     from npm_nb.core import atomic_write_json
@@ -91,6 +95,7 @@ def write_model_checksums(folder) -> dict:
     _VERIFIED[str(folder.resolve())] = _stamp(folder, [*sums, CHECKSUMS])
     return sums
 
+# %% ../nbs/02_models.ipynb #4400458d
 def verify_model_folder(folder, # a model folder (e.g. a checkpoint)
                         force: bool = False, # verify again even if nothing changed since the last check
                        ) -> bool:
@@ -117,6 +122,7 @@ def check_tokenizer(tok):
                          "tok.add_special_tokens({'mask_token': '[MASK]'})")
     return tok
 
+# %% ../nbs/02_models.ipynb #244787f2
 MIN_VOCAB = 100  # fewer tokens than this is a tokenizer whose vocabulary files are missing
 
 def load_tokenizer(name: str = 'minilm', # alias, folder or Hugging Face id
@@ -156,6 +162,7 @@ def check_encoder_config(config, where=''):
                            "(e.g. the 'minilm' alias or a checkpoint trained by npm_nb.npm.training)")
     return config
 
+# %% ../nbs/02_models.ipynb #48b5f3e7
 def load_encoder(name: str = 'minilm', # alias, folder or Hugging Face id
                  masked_lm: bool = False, # `*ForMaskedLM` (the parametric baseline) instead of the bare encoder
                  device: str | None = None, # default: cuda if available
@@ -178,6 +185,7 @@ def load_encoder(name: str = 'minilm', # alias, folder or Hugging Face id
     check_finite(model, path)
     return model.to(device or default_device()).eval()
 
+# %% ../nbs/02_models.ipynb #dbb16fcc
 def check_finite(model, where='') -> None:
     "Raise a clear error when any weight of `model` is NaN or infinite (a damaged file or a diverged run)."
     import numpy as np, torch
@@ -202,6 +210,7 @@ def encoder_positions(config) -> int | None:
         n -= (getattr(config, 'pad_token_id', None) or 0) + 1  # position ids start after the padding index
     return n
 
+# %% ../nbs/02_models.ipynb #08aa819a
 def check_max_len(max_len, # tokens per block, [CLS] and [SEP] included
                   model=None, # an encoder (or its config): its positions bound `max_len` too
                   name: str = 'max_len'):
@@ -212,6 +221,7 @@ def check_max_len(max_len, # tokens per block, [CLS] and [SEP] included
         raise ValueError(f"{name}={max_len}: this encoder has {n} positions, so a block holds at most {n} tokens; use {name} <= {n}")
     return max_len
 
+# %% ../nbs/02_models.ipynb #56dcf69e
 def _config_of(name: str):
     "The config of the model `name` when it can be read without loading weights or unpacking anything, else None."
     from transformers import AutoConfig
@@ -221,6 +231,7 @@ def _config_of(name: str):
     try: return AutoConfig.from_pretrained(str(path))
     except Exception: return None
 
+# %% ../nbs/02_models.ipynb #c886909e
 def model_problem(name) -> str | None:
     "Why `name` cannot name a model (no such folder, a folder without `config.json`, an uncached Hub id offline), or None."
     if not isinstance(name, str) or not name or name in MODEL_ALIASES: return None
@@ -277,6 +288,7 @@ def _config_changes(model) -> dict:
         if v != base: out[k] = v
     return out
 
+# %% ../nbs/02_models.ipynb #75e5d7d8
 _FINGERPRINTS = weakref.WeakKeyDictionary()  # model -> (weights key, fingerprint); nothing is written on the model
 
 def encoder_fingerprint(model, # an encoder (or any `nn.Module`)
