@@ -1557,7 +1557,28 @@ def _budget_cut(r: dict, # a step's record from `_execute`, marked `interrupted`
                    + (f" (cut {cuts} times: its finished parts are kept, see StepCache)" if cuts > 1 else ''))
     return True
 
-# %% ../../nbs/21_batch.ipynb #bbdf5de8
+# %% ../../nbs/21_batch.ipynb #79cc667f
+def _skipped_or_reused(s: dict, key: str, # the step and its `step_key`
+                       prev: dict, # its record from the call before
+                       status: dict, ran: set, # the run's record so far; the steps run in this call
+                       run_dir: Path, echo) -> bool:
+    "Record `s` as `skipped` (a step it waits for did not finish) or reused (done before, unchanged): then True."
+    blocked = [a for a in s['after'] if status['steps'].get(a, {}).get('state') != 'done']
+    if blocked:
+        status['steps'][s['name']] = {'state': 'skipped', 'seconds': 0.0, 'key': key,
+                                      'error': f"skipped: {', '.join(blocked)} did not finish"}
+        echo(f"[skip] {s['name']}: depends on {', '.join(blocked)}, which did not finish")
+        _save_status(run_dir, status)
+        return True
+    same = prev.get('state') == 'done' and (prev.get('key') == key
+                                            or ('fitted' in s and prev.get('key') == profile_key(s)))
+    if same and not (set(s['after']) & ran):
+        status['steps'][s['name']] = {**prev, 'cached': True}
+        echo(f"[done] {s['name']}: already done in this run with the same parameters")
+        return True
+    return False
+
+# %% ../../nbs/21_batch.ipynb #d3f02a01
 def _finish_status(status: dict, steps: list, run_dir: Path, profile: str):
     "Save the run's record in the plan's order (steps not reached: `pending`); a run with every step done is finished."
     for s in steps: status['steps'].setdefault(s['name'], {'state': 'pending', 'seconds': 0.0})
@@ -1587,19 +1608,7 @@ def _run_locked(cfg, steps, prof_dir, new, echo, pub, deadline, log_output, read
     try:
         for s in order:
             key, prev = step_key(s), old.get(s['name'], {})
-            blocked = [a for a in s['after'] if status['steps'].get(a, {}).get('state') != 'done']
-            if blocked:
-                status['steps'][s['name']] = {'state': 'skipped', 'seconds': 0.0, 'key': key,
-                                              'error': f"skipped: {', '.join(blocked)} did not finish"}
-                echo(f"[skip] {s['name']}: depends on {', '.join(blocked)}, which did not finish")
-                _save_status(run_dir, status)
-                continue
-            same = prev.get('state') == 'done' and (prev.get('key') == key
-                                                    or ('fitted' in s and prev.get('key') == profile_key(s)))
-            if same and not (set(s['after']) & ran):
-                status['steps'][s['name']] = {**prev, 'cached': True}
-                echo(f"[done] {s['name']}: already done in this run with the same parameters")
-                continue
+            if _skipped_or_reused(s, key, prev, status, ran, run_dir, echo): continue
             if deadline and time.time() > deadline - MIN_STEP_S:
                 stopped = True
                 echo(f"[stop] time budget reached before {s['name']}: run the same command again to continue")
