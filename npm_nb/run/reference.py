@@ -219,6 +219,7 @@ def _title_index(name: str) -> tuple:
         if (k := k.strip()): by_title.setdefault(k, []).append(ids[j])
     return by_title, ids
 
+# %% ../../nbs/20_reference.ipynb #c4d7e401
 @lru_cache(maxsize=4)
 def _mention_text(name: str) -> tuple:
     "(all texts of a corpus normalised as `normalize_answer` does, joined by ' \x00 ', start offset of each text)."
@@ -272,6 +273,7 @@ def _per_bucket(df: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
     parts = [g.sample(min(len(g), n), random_state=seed) for _, g in df.groupby(df.bucket.clip(upper=4))]
     return pd.concat(parts).sort_index().reset_index(drop=True)
 
+# %% ../../nbs/20_reference.ipynb #1bef9ea0
 def open_examples(tasks=OPEN_TASKS, # open-set task names
                   per_bucket: int | None = None, # at most this many test rows per bucket 1/2/3/4+ (None: all)
                   seed: int = 0,
@@ -384,6 +386,7 @@ from ..npm.evaluation import exact_match
 PAPER_SCORING = ('sum', 1.0, 0.5)
 TEMPORAL = 'temporal unchanged'  # the temporal task's stratum name
 
+# %% ../../nbs/20_reference.ipynb #5ec6a956
 def setting_answers(npm: NPM, ds: Datastore, bm25, # the model, its store and a BM25 index of the store
                     queries, questions, # the queries, and per query its form (True: a question; None: as the task says)
                     settings=(PAPER_SCORING,), # scoring settings (agg, temperature, w_start)
