@@ -8,7 +8,8 @@ import argparse, json, os, re, shlex, sys, time, warnings
 from dataclasses import asdict
 from pathlib import Path
 from ..core import data_dir, LockedError
-# torch, transformers and datasets load inside the commands (npm_nb.npm.datastore, .inference, .explorer): `--help` answers at once
+# torch, transformers and datasets load inside the commands (npm_nb.npm.datastore, .inference, .explorer): `--help`
+# answers at once
 
 # %% auto #0
 __all__ = ['TRAINED_NPM', 'QUICK_NPM', 'TRAIN_HINT', 'EXAMPLES', 'LIBRARY_WORDS', 'COMMANDS', 'default_encoder', 'pick_encoder',
@@ -18,27 +19,32 @@ __all__ = ['TRAINED_NPM', 'QUICK_NPM', 'TRAIN_HINT', 'EXAMPLES', 'LIBRARY_WORDS'
 
 # %% ../../nbs/24_cli.ipynb #99ca38a0
 TRAINED_NPM = ('cache', 'checkpoints', 'cpu', 'npm', 'final')  # under data/: the cpu profile's NPM (`make reproduce`)
-QUICK_NPM = ('cache', 'checkpoints', 'quick', 'npm', 'final')  # under data/: the quick profile's NPM (`make model`, minutes)
+# under data/: the quick profile's NPM (`make model`, minutes)
+QUICK_NPM = ('cache', 'checkpoints', 'quick', 'npm', 'final')
 
-TRAIN_HINT = ("Make one in minutes with `make model` in a clone of the repository (from an installed wheel: "
-              "`python -m npm_nb.npm.training --profile quick`, after fetching the corpora; README, \"A trained model\")")
+TRAIN_HINT = ("Make one in minutes with `make model` in a clone of the repository (from an installed wheel: `python "
+              "-m npm_nb.npm.training --profile quick`, after fetching the corpora; README, \"A trained model\")")
 
 def _say(msg: str): print(f'npm-nb: {msg}', file=sys.stderr, flush=True)
 
+# %% ../../nbs/24_cli.ipynb #27b202f0
 def _minilm_folder() -> str | None:
     from npm_nb.models import resolve_model
     try: return str(Path(resolve_model('minilm')).resolve())
     except OSError: return None
 
+# %% ../../nbs/24_cli.ipynb #d9894b1c
 def default_encoder() -> tuple[str, str | None]:
-    "`(name, note)`: the cpu profile's trained NPM, else the quick one (`make model`), else the untrained MiniLM init and a note saying so."
+    "`(name, note)`: the cpu profile's trained NPM, else the quick one (`make model`), else the MiniLM init and a note."
     p, q = data_dir(*TRAINED_NPM), data_dir(*QUICK_NPM)
     if (p/'config.json').exists(): return str(p), None
-    if (q/'config.json').exists(): return str(q), "the encoder is the quick NPM (300 steps, `make model`); `make reproduce` trains a better one"
+    if (q/'config.json').exists():
+        return str(q), "the encoder is the quick NPM (300 steps, `make model`); `make reproduce` trains a better one"
     return 'minilm', (f"no trained NPM checkpoint, neither the cpu profile's ({p}, `make reproduce`) nor the quick one "
                       f"({q}), so the encoder is the untrained MiniLM init: expect poor answers. {TRAIN_HINT}. "
                       "Or pass --model FOLDER.")
 
+# %% ../../nbs/24_cli.ipynb #3dcc8a65
 def pick_encoder(model: str | None = None, # --model: an alias or a folder
                  manifest: dict | None = None, # the manifest of an existing store
                 ) -> tuple[str, str | None]:
@@ -52,14 +58,16 @@ def pick_encoder(model: str | None = None, # --model: an alias or a folder
 
 # %% ../../nbs/24_cli.ipynb #7f2c2896
 def load_model(name: str, device: str | None = None):
-    "The `NPM` of encoder `name` (an alias or a folder; see `npm_nb.models.load_encoder`), loaded without a progress bar."
+    "The `NPM` of encoder `name` (an alias or a folder: `npm_nb.models.load_encoder`), loaded without a progress bar."
     from transformers.utils import logging as hf_logging
     from npm_nb.npm.inference import NPM
-    was = hf_logging.is_progress_bar_enabled(); hf_logging.disable_progress_bar()
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     try: return NPM.from_pretrained(name, device=device)
     finally:
         if was: hf_logging.enable_progress_bar()
 
+# %% ../../nbs/24_cli.ipynb #77f6819f
 def open_store(path, model: str | None = None, device: str | None = None,
                verify: bool | None = None, # see `Datastore.load`
                encoder: bool = True, # load the encoder too (False: only read the store)
@@ -76,7 +84,8 @@ def open_store(path, model: str | None = None, device: str | None = None,
         if built and not model and not (Path(built)/'config.json').exists():
             raise ValueError(f"{e} This store was built with the encoder folder {built}, which is not there any more "
                              "(moved or deleted): pass --model with the folder's new place") from None
-        raise ValueError(str(e) + (f" This store was built with {built}: pass --model {built}" if built else '')) from None
+        hint = f" This store was built with {built}: pass --model {built}" if built else ''
+        raise ValueError(str(e) + hint) from None
     if note: _say(note)
     ds.model, ds.tok = npm.encoder, npm.tok
     return ds, npm
@@ -84,10 +93,12 @@ def open_store(path, model: str | None = None, device: str | None = None,
 # %% ../../nbs/24_cli.ipynb #e9f8301e
 def _n(k: int, what: str) -> str: return f"{k:,} {what}{'' if k == 1 else 's'}"
 
+# %% ../../nbs/24_cli.ipynb #8e34edd2
 def _summary(ds) -> str:
     m = ds.manifest
     return f"{_n(m['n_docs'], 'document')}, {_n(len(ds), 'vector')} of {ds.hidden} in {_n(m['n_blocks'], 'block')}"
 
+# %% ../../nbs/24_cli.ipynb #97818a7b
 def cmd_build(a) -> int:
     "`npm-nb build`: a new datastore from files."
     from npm_nb.npm.datastore import Datastore, read_documents
@@ -100,23 +111,28 @@ def cmd_build(a) -> int:
                               progress=a.progress, verify=a.verify)
     except ValueError as e:
         if not str(e).startswith('corpus mismatch'): raise
-        raise ValueError(f"{a.store} already holds other documents: `npm-nb add {a.store} FILES` adds these, or build in a new folder") from None
+        raise ValueError(f"{a.store} already holds other documents: `npm-nb add {a.store} FILES` adds these, or build "
+                         f"in a new folder") from None
     print(f"{a.store}: {_summary(ds)} (built in {time.perf_counter() - t0:.1f} s)")
 
+# %% ../../nbs/24_cli.ipynb #9d517916
 def cmd_add(a) -> int:
     "`npm-nb add`: encode the documents not yet in the store and append them."
     from npm_nb.npm.datastore import read_documents
     docs = read_documents(a.files, a.encoding, a.skip_bad)
-    ds, _ = open_store(a.store, a.model, a.device, a.verify); n0 = ds.manifest['n_docs']
+    ds, _ = open_store(a.store, a.model, a.device, a.verify)
+    n0 = ds.manifest['n_docs']
     try: ds.add(docs, batch_size=a.batch_size, progress=a.progress)
     except ValueError as e:
         if 'never replaces a document' not in str(e): raise
         raise ValueError(f"{e}. To replace them: `npm-nb remove {a.store} ID...`, then add again") from None
     print(f"{a.store}: added {_n(ds.manifest['n_docs'] - n0, 'document')}; now {_summary(ds)}")
 
+# %% ../../nbs/24_cli.ipynb #8e51ec3b
 def cmd_remove(a) -> int:
     "`npm-nb remove`: take documents out by id."
-    ds, _ = open_store(a.store, a.model, a.device, a.verify); n0 = ds.manifest['n_docs']
+    ds, _ = open_store(a.store, a.model, a.device, a.verify)
+    n0 = ds.manifest['n_docs']
     ds.remove(a.ids, batch_size=a.batch_size, progress=a.progress, missing_ok=a.missing_ok)
     print(f"{a.store}: removed {_n(n0 - ds.manifest['n_docs'], 'document')}; now {_summary(ds)}")
 
@@ -125,9 +141,11 @@ def answer_record(query: str, preds: list) -> dict:
     "One query's answers as JSON-ready data: rank, phrase, score, occurrences, document id and title, span, snippet."
     return {'query': query, 'answers': [dict(rank=i, **asdict(p)) for i, p in enumerate(preds, 1)]}
 
+# %% ../../nbs/24_cli.ipynb #033d6678
 def format_answers(query: str, preds: list) -> str:
     "One query's answers as text: rank, phrase and score, then the document id and the text around the phrase."
-    out = [query] + (['  no answer: no start and end neighbour form a phrase of at most --l-max tokens (raise -k or --l-max)']
+    out = [query] + (['  no answer: no start and end neighbour form a phrase of at most --l-max tokens (raise -k or '
+                      '--l-max)']
                      if not preds else [])
     for i, p in enumerate(preds, 1):
         more = f', {p.count} occurrences' if p.count > 1 else ''
@@ -135,6 +153,7 @@ def format_answers(query: str, preds: list) -> str:
         out += [f'{i:>3}. {p.text}   score {p.score:.3f}{more}', f'     {p.doc_id}{title}: {p.snippet}']
     return '\n'.join(out)
 
+# %% ../../nbs/24_cli.ipynb #9e62d361
 def cmd_ask(a) -> int:
     "`npm-nb ask`: the top phrases for each query, with their evidence."
     ds, npm = open_store(a.store, a.model, a.device, a.verify)
@@ -154,12 +173,15 @@ def _size(n: int) -> str:
         if n < 1024 or unit == 'GiB': return f'{n:,.0f} {unit}' if unit == 'bytes' else f'{n:,.1f} {unit}'
         n /= 1024
 
+# %% ../../nbs/24_cli.ipynb #eece39d0
 def store_info(path, ids: bool = False) -> dict:
     "What `npm-nb info` reports of the store at `path` (with `ids`: every document's id and title)."
     import pyarrow.compute as pc
-    ds, _ = open_store(path, verify=False, encoder=False); m = ds.manifest
+    ds, _ = open_store(path, verify=False, encoder=False)
+    m = ds.manifest
     tokens = pc.sum(pc.greater_equal(pc.list_flatten(ds.blocks.data.table.column('char_start')), 0)).as_py() or 0
-    out = dict(store=str(path), documents=m['n_docs'], removed=m.get('removed', 0), tokens=int(tokens), blocks=m['n_blocks'],
+    out = dict(store=str(path), documents=m['n_docs'], removed=m.get('removed', 0), tokens=int(tokens),
+               blocks=m['n_blocks'],
                max_len=m['max_len'], vectors=m['shape'][0], hidden=m['hidden'], stopwords_removed=m['remove_stopwords'],
                encoder=m['encoder'], encoder_name=m.get('encoder_name') or None, tokenizer=m.get('tokenizer_name'),
                precision=m.get('amp') or 'fp32', stored_as=m.get('dtype', 'float16'), created=m.get('created'),
@@ -168,17 +190,21 @@ def store_info(path, ids: bool = False) -> dict:
     if ids: out['ids'] = [dict(id=i, title=t) for i, t in zip(ds.doc_ids, ds.titles)]
     return out
 
+# %% ../../nbs/24_cli.ipynb #ff6db6a7
 def format_info(i: dict) -> str:
     "`store_info` as aligned lines."
-    rows = [('store', i['store']), ('documents', f"{i['documents']:,}" + (f" ({i['removed']:,} removed so far)" if i['removed'] else '')),
+    rows = [('store', i['store']),
+            ('documents', f"{i['documents']:,}" + (f" ({i['removed']:,} removed so far)" if i['removed'] else '')),
             ('tokens', f"{i['tokens']:,} in {_n(i['blocks'], 'block')} of at most {i['max_len']} tokens"),
-            ('vectors', f"{i['vectors']:,} x {i['hidden']}, stored as {i['stored_as']}" + (' (stopwords and punctuation left out)' if i['stopwords_removed'] else '')),
+            ('vectors', f"{i['vectors']:,} x {i['hidden']}, stored as {i['stored_as']}"
+                        + (' (stopwords and punctuation left out)' if i['stopwords_removed'] else '')),
             ('encoder', i['encoder'] + (f" ({i['encoder_name']})" if i['encoder_name'] else '')),
             ('precision', f"encoded in {i['precision']}"), ('created', i['created']), ('updated', i['updated'] or '-'),
             ('size', f"{_size(i['size_bytes'])} on disk")]
     out = [f'{k:<10} {v}' for k, v in rows]
     return '\n'.join(out + [f"  {d['id']}" + (f"  ({d['title']})" if d['title'] else '') for d in i.get('ids', [])])
 
+# %% ../../nbs/24_cli.ipynb #f65eca96
 def cmd_info(a) -> int:
     "`npm-nb info`: what the store holds."
     i = store_info(a.store, a.ids)
@@ -193,25 +219,32 @@ def serve_app(store, model: str | None = None, device: str | None = None, verify
     "The explorer's Flask app (chapter 23) answering from the store at `store` with its encoder."
     from npm_nb.run import explorer as E
     from npm_nb.run.reference import reference_bm25
-    ds, npm = open_store(store, model, device, verify); m = ds.manifest
-    corpus = E.register_corpus(E.CorpusEntry('store', f"{Path(store).name}: your datastore ({m['n_docs']:,} documents, {len(ds):,} vectors)"))
+    ds, npm = open_store(store, model, device, verify)
+    m = ds.manifest
+    label = f"{Path(store).name}: your datastore ({m['n_docs']:,} documents, {len(ds):,} vectors)"
+    corpus = E.register_corpus(E.CorpusEntry('store', label))
     E.register_model(E.ModelEntry('store', E.encoder_label(npm.encoder.name_or_path),
-                                  lambda profile, device=None: npm,
-                                  lambda model, c, docs, profile, progress: E.NPMResources(ds, reference_bm25(ds), None, c),
+                                  lambda _profile, _device=None: npm,  # the explorer's signatures (chapter 23)
+                                  lambda _model, c, _docs, _profile, _progress: E.NPMResources(ds, reference_bm25(ds),
+                                                                                               None, c),
                                   E.answer_npm))
     ex = E.Explorer(device=str(npm.device), progress=False)
     ex.resources('store', corpus.key)  # the BM25 index, built (or read from the store folder) before the first request
     note = f"Answers come from {Path(store).name} with {describe_encoder(str(npm.encoder.name_or_path))}."
     return E.create_app(ex, 'store', corpus.key, query, note=note, host=host, allow_hosts=allow_hosts)
 
+# %% ../../nbs/24_cli.ipynb #b4a7a1e7
 def describe_encoder(name: str) -> str:
-    "Which encoder `name` is, in words: the cpu or quick profile's trained NPM, the untrained MiniLM init, or the folder."
+    "Which encoder `name` is, in words: the cpu or quick profile's NPM, the untrained MiniLM init, or the folder."
     path = Path(name).resolve() if Path(name).is_dir() else None
-    for parts, says in [(TRAINED_NPM, "the cpu profile's trained NPM"), (QUICK_NPM, "the quick NPM (300 steps, `make model`)")]:
+    for parts, says in [(TRAINED_NPM, "the cpu profile's trained NPM"),
+                        (QUICK_NPM, "the quick NPM (300 steps, `make model`)")]:
         if path is not None and path == data_dir(*parts).resolve(): return f'{says}, {name}'
-    if name == 'minilm' or path is not None and str(path) == _minilm_folder(): return 'the untrained MiniLM init (expect poor answers)'
+    if name == 'minilm' or path is not None and str(path) == _minilm_folder():
+        return 'the untrained MiniLM init (expect poor answers)'
     return f'the encoder {name}'
 
+# %% ../../nbs/24_cli.ipynb #a17a38bb
 def cmd_serve(a) -> int:
     "`npm-nb serve`: the explorer web page on the store, until Ctrl-C."
     from npm_nb.run.explorer import serve
@@ -229,7 +262,8 @@ EXAMPLES = {'build': 'npm-nb build my-store notes/ papers.jsonl --model data/cac
 def _parents():
     "Parent parsers: the encoder, encoding runs, files."
     enc = argparse.ArgumentParser(add_help=False)
-    enc.add_argument('--model', help="the encoder: an alias (minilm) or a model folder. Default: the store's own; for a new "
+    enc.add_argument('--model',
+                     help="the encoder: an alias (minilm) or a model folder. Default: the store's own; for a new "
                      f"store data/{'/'.join(TRAINED_NPM)} (`make reproduce`) if it exists, else the quick NPM "
                      f"data/{'/'.join(QUICK_NPM)} (`make model`), else the untrained MiniLM init")
     enc.add_argument('--device', help='cpu or cuda (default: cuda when torch sees one)')
@@ -239,52 +273,80 @@ def _parents():
     run.add_argument('--batch-size', type=int, default=32, help='blocks per forward pass (default 32)')
     run.add_argument('--quiet', action='store_true', help='no progress bars (they are drawn only on a terminal anyway)')
     files = argparse.ArgumentParser(add_help=False)
-    files.add_argument('files', nargs='+', metavar='FILE', help='documents: .txt/.md (one a file), .jsonl (one a line), '
+    files.add_argument('files', nargs='+', metavar='FILE',
+                       help='documents: .txt/.md (one a file), .jsonl (one a line), '
                        '.csv/.tsv/.parquet (one a row: a "text" column, optional "id", "title"), or folders of them')
     files.add_argument('--encoding', default='utf-8', help='of the text files (default utf-8)')
-    files.add_argument('--skip-bad', action='store_true', help='leave out files that cannot be read (each named) instead of stopping')
+    files.add_argument('--skip-bad', action='store_true',
+                       help='leave out files that cannot be read (each named) instead of stopping')
     return enc, run, files
 
+# %% ../../nbs/24_cli.ipynb #bc538446
+def _build_options(b):
+    "The options of `build`: block length, precision, stopwords."
+    b.add_argument('--max-len', type=int, default=256, help='tokens per block (default 256, as in training)')
+    b.add_argument('--precision', choices=['fp32', 'bf16'], default='fp32',
+                   help='encoder precision (bf16: ~2x faster on a '
+                   'CPU with native bf16; kept for later adds); vectors are stored as fp16 either way')
+    b.add_argument('--keep-stopwords', action='store_true',
+                   help='store stopwords and punctuation too (default: left out, as for open-set answers)')
+
+# %% ../../nbs/24_cli.ipynb #c15d87fe
+def _ask_options(q):
+    "The queries and options of `ask`: neighbours, answers, phrase length and score, BM25, span rule, JSON."
+    q.add_argument('queries', nargs='+', metavar='QUERY', help='a sentence with one [MASK]')
+    q.add_argument('-k', type=int, default=4096, help='start and end neighbours searched (default 4096, as the paper)')
+    q.add_argument('--topn', type=int, default=5, help='answers per query (default 5)')
+    q.add_argument('--l-max', type=int, default=10, help='longest phrase in tokens (default 10)')
+    q.add_argument('--temperature', type=float, default=1.0,
+                   help='softmax temperature of the phrase scores (default 1)')
+    q.add_argument('--alpha', type=float, default=0.0, help='phrase score x length^alpha (default 0)')
+    q.add_argument('--bm25', type=int, default=0, metavar='N',
+                   help='search only the N blocks BM25 ranks highest (§6.3; default 0: the whole store)')
+    q.add_argument('--span-rule', choices=['content', 'reference', 'any'], default='content',
+                   help='which phrases may be answers: content (default: not only stopwords, punctuation or symbols), '
+                        'reference (none of those anywhere in it, as the reference code), any (every phrase)')
+    q.add_argument('--json', action='store_true', help='one JSON object a query (JSON Lines)')
+
+# %% ../../nbs/24_cli.ipynb #de7db100
+def _serve_options(s):
+    "The options of `serve`: address, first query, other host names."
+    s.add_argument('--host', default='127.0.0.1')
+    s.add_argument('--port', type=int, default=8765)
+    s.add_argument('--query', help='the query the page opens with')
+    s.add_argument('--allow-host', action='append', default=[], metavar='NAME',
+                   help='also answer requests for this host name (repeatable; e.g. the name of this machine with '
+                        '--host 0.0.0.0); other names get 403, a guard against DNS rebinding')
+
+# %% ../../nbs/24_cli.ipynb #62c4e920
 def parser(prog: str = 'npm-nb') -> argparse.ArgumentParser:
     "The `npm-nb` argument parser."
     F = argparse.RawDescriptionHelpFormatter
-    ap = argparse.ArgumentParser(prog=prog, formatter_class=F, description='NPM (Min et al., 2023) on your own documents: '
-                                 'build a datastore, ask it to fill a [MASK] with a phrase from them, see the evidence.',
+    ap = argparse.ArgumentParser(prog=prog, formatter_class=F,
+                                 description='NPM (Min et al., 2023) on your own documents: '
+                                 'build a datastore, ask it to fill a [MASK] with a phrase from them, see the '
+                                 'evidence.',
                                  epilog='examples:\n' + '\n'.join(f'  {e}' for e in EXAMPLES.values()))
     sub = ap.add_subparsers(dest='command', metavar='COMMAND', required=True)
     enc, run, files = _parents()
     def command(name, help, parents):
         p = sub.add_parser(name, help=help, description=help, parents=parents, formatter_class=F,
                            epilog=f'example:\n  {EXAMPLES[name]}'.replace('npm-nb', prog))
-        p.add_argument('store', metavar='STORE', help='the datastore folder'); return p
-    b = command('build', 'build a datastore from files (every document gets an id: its path, or file:line / file:row)', [enc, run])
+        p.add_argument('store', metavar='STORE', help='the datastore folder')
+        return p
+    b = command('build', 'build a datastore from files (every document gets an id: its path, or file:line / file:row)',
+                [enc, run])
     b._add_container_actions(files)
-    b.add_argument('--max-len', type=int, default=256, help='tokens per block (default 256, as in training)')
-    b.add_argument('--precision', choices=['fp32', 'bf16'], default='fp32', help='encoder precision (bf16: ~2x faster on a '
-                   'CPU with native bf16; kept for later adds); vectors are stored as fp16 either way')
-    b.add_argument('--keep-stopwords', action='store_true', help='store stopwords and punctuation too (default: left out, as for open-set answers)')
-    command('add', 'add the documents of files to a datastore (documents already in it are skipped)', [enc, run])._add_container_actions(files)
+    _build_options(b)
+    command('add', 'add the documents of files to a datastore (documents already in it are skipped)',
+            [enc, run])._add_container_actions(files)
     r = command('remove', 'remove documents by id (see `info --ids`); atomic', [enc, run])
     r.add_argument('ids', nargs='+', metavar='ID', help='document ids')
-    r.add_argument('--missing-ok', action='store_true', help='ignore ids the store lacks (default: an error, nothing removed)')
-    q = command('ask', 'fill the [MASK] of each query with phrases from the store, with their evidence', [enc])
-    q.add_argument('queries', nargs='+', metavar='QUERY', help='a sentence with one [MASK]')
-    q.add_argument('-k', type=int, default=4096, help='start and end neighbours searched (default 4096, as the paper)')
-    q.add_argument('--topn', type=int, default=5, help='answers per query (default 5)')
-    q.add_argument('--l-max', type=int, default=10, help='longest phrase in tokens (default 10)')
-    q.add_argument('--temperature', type=float, default=1.0, help='softmax temperature of the phrase scores (default 1)')
-    q.add_argument('--alpha', type=float, default=0.0, help='phrase score x length^alpha (default 0)')
-    q.add_argument('--bm25', type=int, default=0, metavar='N', help='search only the N blocks BM25 ranks highest (§6.3; default 0: the whole store)')
-    q.add_argument('--span-rule', choices=['content', 'reference', 'any'], default='content',
-                   help='which phrases may be answers: content (default: not only stopwords, punctuation or symbols), '
-                        'reference (none of those anywhere in it, as the reference code), any (every phrase)')
-    q.add_argument('--json', action='store_true', help='one JSON object a query (JSON Lines)')
-    s = command('serve', 'the explorer web page (chapter 23) on the store', [enc])
-    s.add_argument('--host', default='127.0.0.1'); s.add_argument('--port', type=int, default=8765)
-    s.add_argument('--query', help='the query the page opens with')
-    s.add_argument('--allow-host', action='append', default=[], metavar='NAME',
-                   help='also answer requests for this host name (repeatable; e.g. the name of this machine with '
-                        '--host 0.0.0.0); other names get 403, a guard against DNS rebinding')
+    r.add_argument('--missing-ok', action='store_true',
+                   help='ignore ids the store lacks (default: an error, nothing removed)')
+    _ask_options(command('ask', 'fill the [MASK] of each query with phrases from the store, with their evidence',
+                         [enc]))
+    _serve_options(command('serve', 'the explorer web page (chapter 23) on the store', [enc]))
     i = command('info', 'documents, tokens, encoder, precision, dates and size of a store', [])
     i.add_argument('--json', action='store_true', help='as one JSON object')
     i.add_argument('--ids', action='store_true', help="list every document's id (and title)")
@@ -302,7 +364,9 @@ def query_hint(queries: list, # the QUERY arguments as the shell passed them
                 f'npm-nb ask STORE "{" ".join(queries)}"')
     return ''
 
-LIBRARY_WORDS = [  # what the library's messages say (for Python callers) -> the same advice as npm-nb commands and flags
+# %% ../../nbs/24_cli.ipynb #a7d0d9e2
+# what the library's messages say (for Python callers) -> the same advice as npm-nb commands and flags
+LIBRARY_WORDS = [
     (r'ds\.doc_ids \(npm-nb info STORE --ids\) lists them, missing_ok=True ignores unknown ids',
      '`npm-nb info {store} --ids` lists them, --missing-ok ignores unknown ids'),
     (r'call Datastore\.build\(docs, model, tok, [^)]*\) \(or model\.build_datastore\) again with the same documents',
@@ -318,7 +382,8 @@ def cli_words(message: str, a=None) -> str:
     return message
 
 # %% ../../nbs/24_cli.ipynb #23889b88
-COMMANDS = {'build': cmd_build, 'add': cmd_add, 'remove': cmd_remove, 'ask': cmd_ask, 'serve': cmd_serve, 'info': cmd_info}
+COMMANDS = {'build': cmd_build, 'add': cmd_add, 'remove': cmd_remove, 'ask': cmd_ask, 'serve': cmd_serve,
+            'info': cmd_info}
 
 def main(argv: list | None = None, # the arguments (default: sys.argv[1:])
          prog: str = 'npm-nb') -> int:
@@ -333,14 +398,19 @@ def main(argv: list | None = None, # the arguments (default: sys.argv[1:])
     a.progress = not getattr(a, 'quiet', False) and sys.stderr.isatty()
     with warnings.catch_warnings():
         warnings.simplefilter('default')
-        warnings.showwarning = lambda message, *_, **__: print(f'{prog}: warning: {message}', file=sys.stderr, flush=True)
+        warnings.showwarning = lambda message, *_, **__: print(f'{prog}: warning: {message}', file=sys.stderr,
+                                                               flush=True)
         try:
             status = COMMANDS[a.command](a) or 0
-            sys.stdout.flush(); return status  # a closed pipe shows here, not at exit
+            sys.stdout.flush()
+            return status  # a closed pipe shows here, not at exit
         except BrokenPipeError:  # `npm-nb info STORE | head`: the reader left; no traceback, no flush error at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()); return 141
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
         except (ValueError, OSError, LockedError) as e:
-            print(f'{prog} {a.command}: error: {cli_words(str(e), a)}', file=sys.stderr); return 1
+            print(f'{prog} {a.command}: error: {cli_words(str(e), a)}', file=sys.stderr)
+            return 1
         except KeyboardInterrupt:
-            print(f'{prog} {a.command}: interrupted; the store keeps its last committed version (build and add continue '
-                  'where they stopped when run again)', file=sys.stderr); return 130
+            print(f'{prog} {a.command}: interrupted; the store keeps its last committed version (build and add '
+                  'continue where they stopped when run again)', file=sys.stderr)
+            return 130
