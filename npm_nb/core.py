@@ -8,8 +8,8 @@ import os, re, json, time, shutil, tempfile, contextlib
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SETTINGS', 'project_root', 'data_dir', 'committed_results_dir', 'results_dir', 'disk_errors', 'atomic_path',
-           'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'free_bytes', 'reserve_space', 'read_json',
+__all__ = ['SETTINGS', 'project_root', 'data_dir', 'committed_results_dir', 'results_dir', 'free_bytes', 'disk_errors',
+           'atomic_path', 'atomic_write_bytes', 'atomic_write_text', 'atomic_write_json', 'reserve_space', 'read_json',
            'check_schema', 'UnsafeFileError', 'load_state', 'UnsafeNameError', 'checked_path', 'extract_tar',
            'extract_zip', 'file_checksum', 'folder_checksums', 'verify_checksums', 'LockedError', 'open_lock_file',
            'hold_lock', 'pid_alive', 'rng_state', 'set_rng_state', 'append_jsonl', 'truncate_metrics',
@@ -25,41 +25,41 @@ def project_root() -> Path:
             if (d/'settings.ini').exists() and (d/'npm_nb').is_dir(): return d
     return Path.cwd()
 
+# %% ../nbs/01_core.ipynb #ada8c081
 def data_dir(*parts) -> Path:
     "A path under the data folder (`$NPM_NB_DATA` or `<root>/data`)."
     return Path(os.environ.get('NPM_NB_DATA', project_root()/'data')).joinpath(*parts)
 
+# %% ../nbs/01_core.ipynb #5a9bf66e
 def committed_results_dir(*parts) -> Path:
     "A path under the published results tree: `$NPM_NB_RESULTS` when set, else the tracked `<root>/results`."
     return Path(os.environ.get('NPM_NB_RESULTS') or project_root()/'results').joinpath(*parts)
 
+# %% ../nbs/01_core.ipynb #c8a05c2d
 _SCRATCH_SAID = []
 
 def results_dir(*parts) -> Path:
-    "Where this process writes tables and figures: `$NPM_NB_RESULTS` when set (the batch sets it), else `data/scratch/results`."
+    "Where this process writes tables and figures: `$NPM_NB_RESULTS` if set (the batch), else `data/scratch/results`."
     if os.environ.get('NPM_NB_RESULTS'): return Path(os.environ['NPM_NB_RESULTS']).joinpath(*parts)
     root = data_dir('scratch', 'results')
     if not _SCRATCH_SAID:
-        _SCRATCH_SAID.append(root); import sys
+        _SCRATCH_SAID.append(root)
+        import sys
         print(f"note: NPM_NB_RESULTS is not set, so tables and figures go to {root}, not the tracked results/ "
               "(the batch publishes there: python -m npm_nb.run.batch cpu)", file=sys.stderr)
     return root.joinpath(*parts)
 
-# %% ../nbs/01_core.ipynb #0b327188
-_NO_ROOM = ('unexpected pos', 'file write failed', 'fwrite', 'No space left', 'File too large', 'Disk quota',
-            'code: 28', 'code: 27', 'code: 122', 'StorageFull', 'FileTooLarge')  # torch.save, FAISS, safetensors (Rust io)
+# %% ../nbs/01_core.ipynb #22f8682a
+def _existing(path: Path) -> Path:
+    return next((p for p in [path, *path.parents] if p.exists()), Path('.'))
 
-def _no_room(path, errno_=None) -> OSError:
-    import errno, resource
-    path = Path(path); limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if errno_ == errno.EFBIG or (errno_ is None and limit != resource.RLIM_INFINITY and free_bytes(_existing(path)) > 64 << 20):
-        return OSError(errno.EFBIG, f"writing {path} failed: the file is too large for this process's file size limit "
-                       f"(`ulimit -f`: {limit if limit == resource.RLIM_INFINITY else f'{limit / 2**20:,.1f} MiB'}); "
-                       "raise the limit (ulimit -f unlimited) and run again")
-    return OSError(errno.ENOSPC, f"writing {path} failed: the disk of {_existing(path)} is full "
-                   f"({free_bytes(_existing(path)) / 2**20:,.1f} MiB free); free some space (or set {_folder_variable(path)} "
-                   "to a larger disk) and run again")
+# %% ../nbs/01_core.ipynb #3c0e3759
+def free_bytes(folder) -> int:
+    "Bytes free for us on the disk that holds `folder`."
+    import shutil
+    return shutil.disk_usage(folder).free
 
+# %% ../nbs/01_core.ipynb #ce714c85
 def _folder_variable(path) -> str:
     "The environment variable that moves the folder of `path`: NPM_NB_RESULTS for a results tree, else NPM_NB_DATA."
     p = Path(os.path.abspath(path))
@@ -67,13 +67,46 @@ def _folder_variable(path) -> str:
     trees += [project_root()/'results', data_dir('scratch', 'results')]
     return 'NPM_NB_RESULTS' if any(p.is_relative_to(Path(os.path.abspath(t))) for t in trees) else 'NPM_NB_DATA'
 
-def _existing(path: Path) -> Path:
-    return next((p for p in [path, *path.parents] if p.exists()), Path('.'))
+# %% ../nbs/01_core.ipynb #0b327188
+_NO_ROOM = (
+    'unexpected pos',
+    'file write failed',
+    'fwrite',
+    'No space left',
+    'File too large',
+    'Disk quota',
+    'code: 28',
+    'code: 27',
+    'code: 122',
+    'StorageFull',
+    'FileTooLarge',
+)  # torch.save, FAISS, safetensors (Rust io)
 
+def _no_room(path, errno_=None) -> OSError:
+    import errno, resource
+    path = Path(path)
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if errno_ == errno.EFBIG or (
+        errno_ is None and limit != resource.RLIM_INFINITY and free_bytes(_existing(path)) > 64 << 20
+    ):
+        return OSError(
+            errno.EFBIG,
+            f"writing {path} failed: the file is too large for this process's file size limit "
+            f"(`ulimit -f`: {limit if limit == resource.RLIM_INFINITY else f'{limit / 2**20:,.1f} MiB'}); "
+            "raise the limit (ulimit -f unlimited) and run again",
+        )
+    return OSError(
+        errno.ENOSPC,
+        f"writing {path} failed: the disk of {_existing(path)} is full "
+        f"({free_bytes(_existing(path)) / 2**20:,.1f} MiB free); free some space (or set {_folder_variable(path)} "
+        "to a larger disk) and run again",
+    )
+
+# %% ../nbs/01_core.ipynb #57f84d74
 @contextlib.contextmanager
 def disk_errors(path, # the file (or folder) the block writes
                ):
-    "Turn a write that failed for want of room (a full disk, a quota, `ulimit -f`) into a clear `OSError` naming `path`."
+    "Turn a write that failed for want of room (full disk, quota, `ulimit -f`) into a clear `OSError` naming `path`."
     import errno
     try: yield
     except OSError as e:
@@ -83,13 +116,18 @@ def disk_errors(path, # the file (or folder) the block writes
         if any(s in str(e) for s in _NO_ROOM): raise _no_room(path) from None
         raise
 
+# %% ../nbs/01_core.ipynb #74cc63f4
 @contextlib.contextmanager
 def atomic_path(path, # the final file name
                 suffix: str = '.tmp'):
     "Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix=suffix, dir=path.parent); os.close(fd)
-    umask = os.umask(0); os.umask(umask); os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give a normal file's mode
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix=suffix, dir=path.parent)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give a normal file's mode
     try:
         with disk_errors(path):
             yield Path(tmp)
@@ -98,6 +136,7 @@ def atomic_path(path, # the final file name
     finally:
         if os.path.exists(tmp): os.unlink(tmp)
 
+# %% ../nbs/01_core.ipynb #670e7495
 def atomic_write_bytes(path, data: bytes):
     "Write `data` to `path` atomically."
     with atomic_path(path) as tmp: Path(tmp).write_bytes(data)
@@ -111,19 +150,15 @@ def atomic_write_json(path, obj, indent: int = 2):
     "Write `obj` as JSON to `path` atomically."
     return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False, default=str) + '\n')
 
-# %% ../nbs/01_core.ipynb #3c0e3759
-def free_bytes(folder) -> int:
-    "Bytes free for us on the disk that holds `folder`."
-    import shutil
-    return shutil.disk_usage(folder).free
-
+# %% ../nbs/01_core.ipynb #7fb549ff
 def reserve_space(path, # the file to create (or grow) to `nbytes`
                   nbytes: int, # its full size
                   margin: int = 16 << 20, # also keep this much free (manifests, metadata)
                  ):
     "Create `path` with `nbytes` really allocated on disk; a clear `OSError` when the disk has no room for it."
     import errno
-    path = Path(path); need = max(0, nbytes - (path.stat().st_size if path.exists() else 0))
+    path = Path(path)
+    need = max(0, nbytes - (path.stat().st_size if path.exists() else 0))
     free = free_bytes(path.parent)
     if need + margin > free:
         raise OSError(errno.ENOSPC, f"not enough disk space for {path.name}: it needs {need / 2**20:,.1f} MiB (+ "
@@ -138,7 +173,6 @@ def reserve_space(path, # the file to create (or grow) to `nbytes`
         except AttributeError: f.truncate(nbytes)  # no posix_fallocate on this OS
     return path
 
-
 # %% ../nbs/01_core.ipynb #84a498a0
 def read_json(path, # a JSON file written by this package
               fix: str = 'delete it and run the step that writes it again', # what to do when it is unreadable
@@ -151,10 +185,18 @@ def read_json(path, # a JSON file written by this package
         raise ValueError(f"{path} is damaged (not valid JSON: {e}): {fix}") from None
 
 # %% ../nbs/01_core.ipynb #c0sch002
-def _kind(v) -> str: return 'null' if v is None else {dict: 'a mapping', list: 'a list', str: 'a string', int: 'an integer', bool: 'a bool'}.get(type(v), f'a {type(v).__name__}')
+def _kind(v) -> str:
+    return (
+        'null'
+        if v is None
+        else {dict: 'a mapping', list: 'a list', str: 'a string', int: 'an integer', bool: 'a bool'}.get(
+            type(v), f'a {type(v).__name__}'
+        )
+    )
 
+# %% ../nbs/01_core.ipynb #de17437f
 def check_schema(obj, # what was read (from `read_json`, a YAML file, an archive's table of contents)
-                 schema, # type | tuple of types | set of values | re.Pattern | [schema] | {key: schema, 'key?': ..., '*': ...}
+                 schema, # type | tuple of types | set of values | re.Pattern | [schema] | {key: schema, 'key?': …}
                  source, # the file, for the message
                  fix: str = 'delete it and run the step that writes it again', # what to do when it does not match
                  where: str = '', # the path of `obj` inside the file (for nested calls)
@@ -181,7 +223,8 @@ def check_schema(obj, # what was read (from `read_json`, a YAML file, an archive
     else:
         types = schema if isinstance(schema, tuple) else (schema,)
         if not isinstance(obj, types) or (isinstance(obj, bool) and bool not in types):
-            fail(f"must be {' or '.join(_kind(t()) if t is not type(None) else 'null' for t in types)}, not {_kind(obj)}")
+            kinds = ' or '.join(_kind(t()) if t is not type(None) else 'null' for t in types)
+            fail(f"must be {kinds}, not {_kind(obj)}")
     return obj
 
 # %% ../nbs/01_core.ipynb #7de5f6fc
@@ -221,35 +264,44 @@ def checked_path(base, # the folder the name must stay in
     if name.startswith('/') or re.match(r'[A-Za-z]:', name): raise bad('is an absolute path')
     if '..' in parts: raise bad("climbs out of its folder with '..'")
     if single and len([p for p in parts if p not in ('', '.')]) != 1: raise bad('must be a single name, not a path')
-    base = Path(base); out = base.joinpath(*[p for p in parts if p not in ('', '.')])
+    base = Path(base)
+    out = base.joinpath(*[p for p in parts if p not in ('', '.')])
     if not out.resolve().is_relative_to(base.resolve()): raise bad(f'leaves {base} (through a link)')
     return out
 
+# %% ../nbs/01_core.ipynb #5d07618b
 def _checked_members(members, dest, source, links: bool = False) -> list:
-    "Every member of a tar checked: a safe name, and a plain file or folder (no devices or fifos; links only inside, if `links`)."
+    "Check every tar member: a safe name, and a file or folder (no device or fifo; links only inside, with `links`)."
     import posixpath
     for m in members:
         checked_path(dest, m.name, source, 'member')
-        if links and (m.issym() or m.islnk()):  # a link whose target stays inside `dest` (relative to the member's folder)
+        if links and (
+            m.issym() or m.islnk()
+        ):  # a link whose target stays inside `dest` (relative to the member's folder)
             target = posixpath.join(posixpath.dirname(m.name), m.linkname) if m.issym() else m.linkname
-            if m.linkname.startswith('/'): target = m.linkname
+            if m.linkname.startswith('/'):
+                target = m.linkname
             checked_path(dest, posixpath.normpath(target), source, f'target of link {m.name[:100]!r}')
             continue
         if not (m.isfile() or m.isdir()):
             kind = 'link' if m.issym() or m.islnk() else 'device or fifo'
-            raise UnsafeNameError(f"{source}: member {m.name[:200]!r} is a {kind}; a bundle or results archive holds only "
-                                  "files and folders: do not use it (get a good copy from where it was made)")
+            raise UnsafeNameError(
+                f"{source}: member {m.name[:200]!r} is a {kind}; a bundle or results archive holds only "
+                "files and folders: do not use it (get a good copy from where it was made)"
+            )
     return members
 
+# %% ../nbs/01_core.ipynb #44b31ddb
 def extract_tar(archive, # a tar file (any compression)
                 dest, # the folder to unpack into
                 fileobj=None, # or an open file holding the archive (`archive` then names it)
                 only=None, # a callable `member name -> bool`: unpack only the members it accepts
-                links: bool = False, # accept links whose targets stay inside `dest` (a fetched source's package); never for bundles
+                links: bool = False, # accept links that stay in `dest` (a fetched source's package); never for bundles
                ) -> list[str]:
     "Unpack a tar archive after checking every member (`checked_path`, files and folders only); the names written."
     import tarfile, zlib, lzma, gzip
-    dest = Path(dest); dest.mkdir(parents=True, exist_ok=True)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
     try:
         with tarfile.open(archive, fileobj=fileobj) as t:
             ms = _checked_members([m for m in t.getmembers() if only is None or only(m.name)], dest, archive, links)
@@ -257,17 +309,23 @@ def extract_tar(archive, # a tar file (any compression)
             else:  # no `filter` argument here: write the checked members ourselves (no modes, owners or links kept)
                 for m in ms:
                     out = checked_path(dest, m.name, archive, 'member')
-                    if m.isdir(): out.mkdir(parents=True, exist_ok=True); continue
+                    if m.isdir():
+                        out.mkdir(parents=True, exist_ok=True)
+                        continue
                     out.parent.mkdir(parents=True, exist_ok=True)
-                    if m.issym(): os.symlink(m.linkname, out); continue
-                    if m.islnk(): shutil.copyfile(checked_path(dest, m.linkname, archive, 'link target'), out); continue
-                    with t.extractfile(m) as src, open(out, 'wb') as f: shutil.copyfileobj(src, f, 1 << 20)
-    except (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:  # the compressed stream ends early or is garbled
+                    if m.issym(): os.symlink(m.linkname, out)
+                    elif m.islnk(): shutil.copyfile(checked_path(dest, m.linkname, archive, 'link target'), out)
+                    else:
+                        with t.extractfile(m) as src, open(out, 'wb') as f: shutil.copyfileobj(src, f, 1 << 20)
+    # the compressed stream ends early or is garbled
+    except (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as e:
         raise ValueError(f"{archive or 'the archive'} is cut short or damaged ({e}): copy it again") from None
     except tarfile.TarError as e:
-        raise ValueError(f"{archive} is not a readable tar archive ({e}): it is damaged or cut short, copy it again") from None
+        raise ValueError(f"{archive} is not a readable tar archive ({e}): it is damaged or cut short, "
+                         "copy it again") from None
     return [m.name for m in ms]
 
+# %% ../nbs/01_core.ipynb #b1929f43
 def extract_zip(archive, # a zip file
                 dest, # the folder to unpack into
                 prefixes=None, # unpack only the members whose names start with one of these
@@ -279,7 +337,9 @@ def extract_zip(archive, # a zip file
         for i in infos:
             checked_path(dest, i.filename, archive, 'member')
             if stat.S_ISLNK(i.external_attr >> 16):
-                raise UnsafeNameError(f"{archive}: member {i.filename[:200]!r} is a link; do not use it (get a good copy)")
+                raise UnsafeNameError(
+                    f"{archive}: member {i.filename[:200]!r} is a link; do not use it (get a good copy)"
+                )
         for i in infos: z.extract(i, dest)
     return [i.filename for i in infos]
 
@@ -292,7 +352,8 @@ def file_checksum(path, # a file
     import xxhash
     h = xxhash.xxh3_128()
     with open(path, 'rb') as f:
-        f.seek(start); left = length
+        f.seek(start)
+        left = length
         while left is None or left > 0:
             b = f.read(chunk if left is None else min(chunk, left))
             if not b: break
@@ -300,6 +361,7 @@ def file_checksum(path, # a file
             if left is not None: left -= len(b)
     return h.hexdigest()
 
+# %% ../nbs/01_core.ipynb #66898567
 def folder_checksums(folder, # a folder
                      skip=('.lock',), # file names left out
                     ) -> dict:
@@ -308,6 +370,7 @@ def folder_checksums(folder, # a folder
     return {p.relative_to(folder).as_posix(): file_checksum(p) for p in sorted(folder.rglob('*'))
             if p.is_file() and p.name not in skip and not any(x.startswith('.') for x in p.relative_to(folder).parts)}
 
+# %% ../nbs/01_core.ipynb #7e2dec72
 def verify_checksums(folder, # the folder the paths are relative to
                      expected: dict, # `{relative path: checksum}` as recorded when written
                      what: str = 'folder', # what `folder` is, for the message ("datastore", "checkpoint")
@@ -342,18 +405,22 @@ def open_lock_file(p, # the lock file (created if missing)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
         os.close(fd)
-        raise ValueError(f"the lock file {p} of {what} {Path(p).parent} is "
-                          + ("not a plain file" if not stat.S_ISREG(st.st_mode) else f"a hard link ({st.st_nlink} names)")
-                          + f"; it is not written (that would overwrite another file): delete it (rm {p}) and run again")
+        raise ValueError(
+            f"the lock file {p} of {what} {Path(p).parent} is "
+            + ("not a plain file" if not stat.S_ISREG(st.st_mode) else f"a hard link ({st.st_nlink} names)")
+            + f"; it is not written (that would overwrite another file): delete it (rm {p}) and run again"
+        )
     return os.fdopen(fd, 'r+')
 
+# %% ../nbs/01_core.ipynb #c9afdc8d
 @contextlib.contextmanager
 def hold_lock(folder, # the folder written under the lock (created if missing)
               what: str = 'folder', # what it is, for the message ("datastore", "checkpoint folder")
              ):
     "Hold an exclusive lock on `folder` for the block; raise `LockedError` at once if another process holds it."
     import fcntl
-    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     p = str(folder.resolve()/'.lock')  # the lock file itself is never resolved: a link there is refused, not followed
     if p in _HELD:  # re-entrant within this process
         _HELD[p][1] += 1
@@ -363,16 +430,24 @@ def hold_lock(folder, # the folder written under the lock (created if missing)
     fh = open_lock_file(p, what)
     try: fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        fh.seek(0); holder = fh.read().strip() or 'another process'; fh.close()
+        fh.seek(0)
+        holder = fh.read().strip() or 'another process'
+        fh.close()
         raise LockedError(f"{what} {folder} is being written by {holder} right now: wait for it to finish "
                           "(or stop it), or use another path") from None
-    fh.seek(0); fh.truncate(); fh.write(f'pid {os.getpid()} (since {time.strftime("%Y-%m-%d %H:%M:%S")})'); fh.flush()
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f'pid {os.getpid()} (since {time.strftime("%Y-%m-%d %H:%M:%S")})')
+    fh.flush()
     _HELD[p] = [fh, 1]
     try: yield
     finally:
         _HELD[p][1] -= 1
-        if _HELD[p][1] == 0: del _HELD[p]; fh.close()
+        if _HELD[p][1] == 0:
+            del _HELD[p]
+            fh.close()
 
+# %% ../nbs/01_core.ipynb #ed6d3ea9
 def pid_alive(pid: int) -> bool:
     "Whether a process with this id exists (on this machine)."
     try: os.kill(int(pid), 0)
@@ -385,8 +460,11 @@ def rng_state() -> dict:
     "The state of every random generator a run draws from: Python, NumPy, torch and each CUDA device."
     import random, numpy as np, torch
     np_state = np.random.get_state()  # NumPy's key array as an int64 tensor: `load_state` (weights only) reads it back
-    st = {'python': random.getstate(), 'numpy': (np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]),
-          'torch': torch.get_rng_state()}
+    st = {
+        'python': random.getstate(),
+        'numpy': (np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]),
+        'torch': torch.get_rng_state(),
+    }
     if torch.cuda.is_available(): st['cuda'] = torch.cuda.get_rng_state_all()
     return st
 
@@ -395,7 +473,8 @@ def set_rng_state(st: dict, # from `rng_state`
     "Restore the generators of `rng_state` (saved with more GPUs than there are: the ones that exist)."
     import random, numpy as np, torch
     random.setstate(st['python'])
-    n = st['numpy']; np.random.set_state((n[0], n[1].numpy().astype(np.uint32), *n[2:]))
+    n = st['numpy']
+    np.random.set_state((n[0], n[1].numpy().astype(np.uint32), *n[2:]))
     torch.set_rng_state(st['torch'])
     if 'cuda' in st and torch.cuda.is_available():
         for i, s in enumerate(st['cuda'][:torch.cuda.device_count()]): torch.cuda.set_rng_state(s, i)
@@ -410,6 +489,7 @@ def _step_of(line: str):
     try: return json.loads(line)['step']
     except (ValueError, KeyError, TypeError): return None  # a line cut short by a crash while it was written
 
+# %% ../nbs/01_core.ipynb #437080b7
 def truncate_metrics(path, # a log of `append_jsonl` rows with a 'step'
                      step: int, # the step of the checkpoint a run resumes from
                     ):
@@ -422,15 +502,26 @@ def truncate_metrics(path, # a log of `append_jsonl` rows with a 'step'
 # %% ../nbs/01_core.ipynb #3db2a39d
 SETTINGS = {  # name: (kind, lowest, highest, what it is): read by `check_setting` and by `npm-nb batch --dry-run`
     'l_max': ('int', 1, 512, 'longest phrase in tokens, at most one block; the paper uses 10, and 20 for translation'),
-    'temperature': ('real', 1e-3, 1e3, 'softmax temperature; the paper uses 1 open-set and 5 closed-set; below 1e-3 the '
-                    'similarities overflow and every probability is 0'),
-    'open_temperature': ('real', 1e-3, 1e3, "NPM's open-set softmax temperature, a parameter of the experiments that score "
-                         'phrases (05, 06, 08, 10, 11, 12b); the paper uses 1'),
+    'temperature': (
+        'real',
+        1e-3,
+        1e3,
+        'softmax temperature; the paper uses 1 open-set and 5 closed-set; below 1e-3 the '
+        'similarities overflow and every probability is 0',
+    ),
+    'open_temperature': (
+        'real',
+        1e-3,
+        1e3,
+        "NPM's open-set softmax temperature, a parameter of the experiments that score "
+        'phrases (05, 06, 08, 10, 11, 12b); the paper uses 1',
+    ),
     'hnsw_m': ('int', 2, 512, 'HNSW neighbours a node; the paper uses 32'),
     'max_len': ('int', 8, 8192, "tokens per block, [CLS] and [SEP] included; at most the encoder's positions"),
     'short_len': ('int', 8, 8192, "tokens per block of the short-block variant; at most the encoder's positions"),
 }
 
+# %% ../nbs/01_core.ipynb #f9ff46db
 def setting_problem(name: str, # a name of `SETTINGS` (any other name: no problem)
                     value) -> str | None:
     "Why `value` is not allowed for the setting `name`, as a sentence that says what is; None when it is allowed."
@@ -444,6 +535,7 @@ def setting_problem(name: str, # a name of `SETTINGS` (any other name: no proble
           and lo <= value <= hi)
     return None if ok else f"{name}={value!r}: use a finite number from {lo:g} to {hi:g} ({what})"
 
+# %% ../nbs/01_core.ipynb #d2ceb483
 def check_setting(name: str, value):
     "`value`, or a `ValueError` saying what `SETTINGS` allows for `name`."
     if why := setting_problem(name, value): raise ValueError(why)
