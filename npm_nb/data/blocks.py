@@ -21,7 +21,8 @@ def word_boundaries(word_ids: list, # one entry per token: the word index, or No
     "Boolean arrays `(valid_start, valid_end)`: a token starts / ends a word."
     w = np.array([-1 if x is None else x for x in word_ids], dtype=np.int64)
     real = w >= 0
-    prev = np.concatenate([[-2], w[:-1]]); nxt = np.concatenate([w[1:], [-2]])
+    prev = np.concatenate([[-2], w[:-1]])
+    nxt = np.concatenate([w[1:], [-2]])
     return real & (w != prev), real & (w != nxt)
 
 # %% ../../nbs/06_blocks.ipynb #dc66625a
@@ -39,7 +40,7 @@ def punctuation_ids(tok) -> np.ndarray:
 
 # %% ../../nbs/06_blocks.ipynb #f4a8755d
 def _pieces(n: int, starts: np.ndarray, room: int, size: int, back: int = 32):
-    "Cut `n` tokens into pieces: the first at most `room` long, the rest at most `size`; cut at word starts if possible."
+    "Cut `n` tokens into pieces, the first at most `room` long, the rest at most `size`, at word starts if possible."
     out, i, cap = [], 0, room
     while i < n:
         j = min(n, i + cap)
@@ -47,35 +48,41 @@ def _pieces(n: int, starts: np.ndarray, room: int, size: int, back: int = 32):
             k = j
             while k > max(i + 1, j - back) and not starts[k]: k -= 1
             if starts[k] and k > i: j = k
-        out.append((i, j)); i, cap = j, size
+        out.append((i, j))
+        i, cap = j, size
     return out
 
 # %% ../../nbs/06_blocks.ipynb #086ee263
 LONG_TEXT = 100_000  # characters one tokenizer call sees at most: a longer document is tokenized window by window
 
 def _windows(text: str, size: int):
-    "`(start, end)` character windows of at most `size` covering `text`, each cut just before a whitespace where one is near."
+    "`(start, end)` windows of at most `size` characters covering `text`, each cut just before a nearby whitespace."
     i, n = 0, len(text)
     while i < n:
         j = min(n, i + size)
         if j < n:
             k = max(text.rfind(c, i + size // 2, j) for c in ' \n\t\r')
             if k > i: j = k  # no whitespace in the second half (one giant "word"): cut at the size
-        yield i, j; i = j
+        yield i, j
+        i = j
 
 # %% ../../nbs/06_blocks.ipynb #6c71795e
 def _encoded(tok, texts: list):
-    "`(ids, offsets, valid_start, valid_end)` of each text; one longer than `LONG_TEXT` is tokenized in windows (bounded memory)."
+    "`(ids, offsets, valid_start, valid_end)` of each text; one over `LONG_TEXT` is tokenized window by window."
     kw = dict(add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False)
     enc = tok([t if len(t) <= LONG_TEXT else '' for t in texts], **kw)
     for i, t in enumerate(texts):
         if len(t) <= LONG_TEXT:
-            yield (enc['input_ids'][i], enc['offset_mapping'][i], *word_boundaries(enc.word_ids(i))); continue
+            yield (enc['input_ids'][i], enc['offset_mapping'][i], *word_boundaries(enc.word_ids(i)))
+            continue
         ids, offs, vs, ve = [], [], [], []  # NumPy, ~14 bytes a token (Python lists of ints and pairs: ~170)
         at = np.int32 if len(t) < 2**31 else np.int64
         for a, b in _windows(t, LONG_TEXT):  # cut at whitespace: the tokens are those of the whole text
-            e = tok(t[a:b], **kw); s, x = word_boundaries(e.word_ids())
-            ids.append(np.asarray(e['input_ids'], np.int32)); vs.append(s); ve.append(x)
+            e = tok(t[a:b], **kw)
+            s, x = word_boundaries(e.word_ids())
+            ids.append(np.asarray(e['input_ids'], np.int32))
+            vs.append(s)
+            ve.append(x)
             offs.append(np.asarray(e['offset_mapping'], at).reshape(-1, 2) + at(a))
         yield np.concatenate(ids), np.concatenate(offs), np.concatenate(vs), np.concatenate(ve)
 
@@ -97,8 +104,11 @@ def flush(self: _Packer):
     cols, source = self.cols, self.source
     if not cols['input_ids']: return
     n = len(cols['input_ids'])
-    self.tables.append(Dataset.from_dict(dict(cols, source=[source] * n,
-                                              block_id=[f'{source}:{k}' for k in range(self.n_blocks, self.n_blocks + n)])))
+    self.tables.append(
+        Dataset.from_dict(
+            dict(cols, source=[source] * n, block_id=[f'{source}:{k}' for k in range(self.n_blocks, self.n_blocks + n)])
+        )
+    )
     self.n_blocks += n
     for k in cols: cols[k].clear()
 
@@ -107,18 +117,34 @@ def close(self: _Packer):
     "The block being filled is done (a table is made once `BLOCKS_PER_TABLE` are done)."
     cols, cur = self.cols, self.cur
     if cur['input_ids']:
-        for k in cols: cols[k].append(cur[k][:]); cur[k].clear()
+        for k in cols:
+            cols[k].append(cur[k][:])
+            cur[k].clear()
         if len(cols['input_ids']) >= BLOCKS_PER_TABLE: self.flush()
 
 # %% ../../nbs/06_blocks.ipynb #60b8ad0b
 @patch
 def add(self: _Packer, d, ids, offs, vs, ve):
-    "Append document `d` (its token ids, offsets and word boundaries) to the block being filled, between [CLS] and [SEP]."
+    "Append document `d` (token ids, offsets, word boundaries) to the block being filled, between [CLS] and [SEP]."
     cls, sep = self.cls, self.sep
     if isinstance(ids, np.ndarray): ids, offs = ids.tolist(), offs.tolist()  # a piece of a long document
     for k, v in zip(self.cols, ([cls] + ids + [sep], [d] * (len(ids) + 2), [-1] + [o[0] for o in offs] + [-1],
                                 [-1] + [o[1] for o in offs] + [-1], [False] + vs + [False], [False] + ve + [False])):
         self.cur[k].extend(v)
+
+# %% ../../nbs/06_blocks.ipynb #bc18a557
+@patch
+def document(self: _Packer, d: int, ids, offs, vs, ve, max_len: int):
+    "Add document `d` to the block being filled if it fits, else to new blocks, cut into pieces at word starts."
+    size, cur = max_len - 2, self.cur
+    room = max_len - len(cur['input_ids']) - 2
+    if (len(ids) > room and len(ids) <= size) or room < 8:  # it fits a block of its own, or too little room is left
+        self.close()
+        room = size
+    for s, e in _pieces(len(ids), vs, room, size):
+        if len(cur['input_ids']) + (e - s) + 2 > max_len: self.close()
+        # a piece cut mid-document: its first token may not be a word start, its last may not be a word end
+        self.add(d, ids[s:e], offs[s:e], vs[s:e].tolist(), ve[s:e].tolist())
 
 # %% ../../nbs/06_blocks.ipynb #c57ff775
 def build_blocks(docs, # a table with a `text` column (e.g. a `datasets.Dataset`), one row a document
@@ -130,30 +156,27 @@ def build_blocks(docs, # a table with a `text` column (e.g. a `datasets.Dataset`
                 ) -> Dataset:
     "Pack the documents' tokens greedily into blocks of at most `max_len` tokens with offsets and word boundaries."
     check_tokenizer(tok)
-    if max_len < 8: raise ValueError(f"max_len={max_len} is too small: a block needs [CLS], [SEP] and some text (use >= 8)")
+    if max_len < 8:
+        raise ValueError(f"max_len={max_len} is too small: a block needs [CLS], [SEP] and some text (use >= 8)")
     texts = docs['text'] if not isinstance(docs, (list, tuple)) else list(docs)
-    cls, sep, size = tok.cls_token_id, tok.sep_token_id, max_len - 2
+    cls, sep = tok.cls_token_id, tok.sep_token_id
     if cls is None or sep is None: cls, sep = tok.bos_token_id, tok.eos_token_id
-    p = _Packer(source, cls, sep); cur = p.cur; n_empty = 0
+    p, n_empty = _Packer(source, cls, sep), 0
     bar = tqdm(total=len(texts), desc=f'blocks[{source}]', disable=not progress, leave=False)
     for b in range(0, len(texts), batch_size):
         chunk = [t or '' for t in texts[b:b + batch_size]]
         for i, (ids, offs, vs, ve) in enumerate(_encoded(tok, chunk)):
-            if not len(ids): n_empty += 1; continue
-            room = max_len - len(cur['input_ids']) - 2
-            if len(ids) > room and len(ids) <= size: p.close(); room = size
-            if room < 8: p.close(); room = size
-            for s, e in _pieces(len(ids), vs, room, size):
-                if len(cur['input_ids']) + (e - s) + 2 > max_len: p.close()
-                # a piece cut mid-document: its first token may not be a word start, its last may not be a word end
-                p.add(b + i, ids[s:e], offs[s:e], vs[s:e].tolist(), ve[s:e].tolist())
+            if len(ids): p.document(b + i, ids, offs, vs, ve, max_len)
+            else: n_empty += 1
         bar.update(len(chunk))
-    p.close(); p.flush(); bar.close()
-    tables = p.tables
-    if not tables:
+    p.close()
+    p.flush()
+    bar.close()
+    if not p.tables:
         raise ValueError(f"corpus {source!r} has no text: all {len(texts)} documents are empty")
-    ds = tables[0] if len(tables) == 1 else concatenate_datasets(tables)
-    ds.info.description = f'{len(ds)} blocks of <= {max_len} tokens from {len(texts) - n_empty} documents ({n_empty} empty skipped)'
+    ds = p.tables[0] if len(p.tables) == 1 else concatenate_datasets(p.tables)
+    ds.info.description = (f'{len(ds)} blocks of <= {max_len} tokens from {len(texts) - n_empty} documents '
+                           f'({n_empty} empty skipped)')
     return ds
 
 # %% ../../nbs/06_blocks.ipynb #4cbaf2fe
@@ -173,7 +196,8 @@ def make_batches(blocks, # blocks with a `source` column
                  shuffle: bool = True, seed: int = 0,
                 ) -> list[list[int]]:
     "Groups of `batch_size` consecutive block indices of one source; batch order shuffled with `seed`."
-    if batch_size < 2: raise ValueError(f"batch_size={batch_size}: in-batch positives need at least 2 sequences per batch")
+    if batch_size < 2:
+        raise ValueError(f"batch_size={batch_size}: in-batch positives need at least 2 sequences per batch")
     src = blocks['source'] if not isinstance(blocks, (list, tuple)) else list(blocks)
     batches, start = [], 0
     for k in range(1, len(src) + 1):
@@ -190,6 +214,7 @@ def split_batches(batches: list, # from `make_batches`
                   heldout: float = 0.05, # fraction of batches held out (at least one when there are two or more)
                   seed: int = 0):
     "Split batches into `(train, heldout)` lists deterministically."
-    n = len(batches); k = 0 if n < 2 else max(1, int(round(n * heldout)))
+    n = len(batches)
+    k = 0 if n < 2 else max(1, int(round(n * heldout)))
     order = np.random.default_rng(seed).permutation(n)
     return [batches[i] for i in sorted(order[k:])], [batches[i] for i in sorted(order[:k])]
