@@ -23,6 +23,7 @@ def token_sets(tok) -> tuple[np.ndarray, np.ndarray]:
         _TOKEN_SETS[key] = (np.array(sorted(set(tok.all_special_ids)), dtype=np.int64), punctuation_ids(tok))
     return _TOKEN_SETS[key]
 
+# %% ../../nbs/07_masking.ipynb #2884bc65
 def _rows(batch) -> list:
     "A batch as a list of block dicts (accepts a list of dicts or a column dict)."
     if isinstance(batch, dict): batch = [dict(zip(batch, v)) for v in zip(*batch.values())]
@@ -47,7 +48,10 @@ def candidate_spans(batch, # list of block dicts with input_ids, valid_start, va
     ids = np.full((B, n + max_span_len), -1, dtype=np.int64)
     vs, ve = np.zeros((B, n + max_span_len), bool), np.zeros((B, n + max_span_len), bool)
     for b, r in enumerate(rows):
-        k = len(r['input_ids']); ids[b, :k] = r['input_ids']; vs[b, :k] = r['valid_start']; ve[b, :k] = r['valid_end']
+        k = len(r['input_ids'])
+        ids[b, :k] = r['input_ids']
+        vs[b, :k] = r['valid_start']
+        ve[b, :k] = r['valid_end']
     bad = (ids < 0) | np.isin(ids, special)
     is_punct = np.isin(ids[:, :n], punct)
     punct_ok = rng.random((B, n)) < punct_start_prob
@@ -59,10 +63,12 @@ def candidate_spans(batch, # list of block dicts with input_ids, valid_start, va
         keys = win[clean].view(np.dtype((np.void, 8 * L))).ravel()
         if len(keys) == 0: break
         _, inv = np.unique(keys, return_inverse=True)
-        inv = inv.ravel(); pairs = np.unique(inv * B + seq[clean])  # distinct (n-gram, sequence) pairs
+        inv = inv.ravel()
+        pairs = np.unique(inv * B + seq[clean])  # distinct (n-gram, sequence) pairs
         shared = np.bincount(pairs // B, minlength=inv.max() + 1) >= 2
         if not shared.any(): break
-        ok = np.zeros((B, n), bool); ok[clean] = shared[inv]
+        ok = np.zeros((B, n), bool)
+        ok[clean] = shared[inv]
         ok &= vs[:, :n] & ve[:, L - 1:L - 1 + n]
         ok &= ~is_punct | (punct_ok if L == 1 else False)
         out.append(np.argwhere(ok))
@@ -78,6 +84,35 @@ class SpanMask:
     budget: int = 0 # target number of masked tokens
     n_candidates: int = 0 # candidate spans found
 
+# %% ../../nbs/07_masking.ipynb #3b77cb1e
+def _pick_spans(rows, # list of block dicts
+                groups: list, # shuffled candidates by length: element `L-1` is an array `[n, 2]` of `(seq, start)`
+                draws: np.ndarray, # the drawn span lengths
+                budget: int, max_span_len: int, max_spans_per_seq: int, max_repeat: int, # as in `span_mask`
+               ) -> tuple[list, int]:
+    "`(spans, masked tokens)`: `(seq, start, length)` spans taken for the draws until `budget` tokens are masked."
+    masked = [np.zeros(len(r['input_ids']), bool) for r in rows]
+    nper, reps, spans, total, nxt = [0] * len(rows), {}, [], 0, [0] * max_span_len
+    for n in draws[draws <= max_span_len]:
+        if total >= budget or all(nxt[k] >= len(groups[k]) for k in range(max_span_len)): break
+        for L in range(int(n), 0, -1):
+            g, done = groups[L - 1], False
+            while nxt[L - 1] < len(g):
+                b, s = g[nxt[L - 1]]
+                nxt[L - 1] += 1
+                key = tuple(rows[b]['input_ids'][s:s + L])
+                if nper[b] >= max_spans_per_seq or masked[b][s:s + L].any() or reps.get(key, 0) >= max_repeat: continue
+                masked[b][s : s + L] = True
+                nper[b] += 1
+                reps[key] = reps.get(key, 0) + 1
+                spans.append((int(b), int(s), L))
+                total += L
+                done = True
+                break
+            if done: break
+    return spans, total
+
+# %% ../../nbs/07_masking.ipynb #1148fd23
 def span_mask(batch, # list of block dicts with input_ids, valid_start, valid_end
               tok, # the tokenizer of the blocks
               mask_ratio: float = 0.15, # budget as a fraction of the batch's real tokens
@@ -100,19 +135,7 @@ def span_mask(batch, # list of block dicts with input_ids, valid_start, valid_en
     n_real = sum(len(r['input_ids']) for r in rows)
     budget = int(mask_ratio * n_real)
     draws = rng.geometric(p, size=budget)
-    masked = [np.zeros(len(r['input_ids']), bool) for r in rows]
-    nper, reps, spans, total, nxt = [0] * len(rows), {}, [], 0, [0] * max_span_len
-    for n in draws[draws <= max_span_len]:
-        if total >= budget or all(nxt[k] >= len(groups[k]) for k in range(max_span_len)): break
-        for L in range(int(n), 0, -1):
-            g, done = groups[L - 1], False
-            while nxt[L - 1] < len(g):
-                b, s = g[nxt[L - 1]]; nxt[L - 1] += 1
-                key = tuple(rows[b]['input_ids'][s:s + L])
-                if nper[b] >= max_spans_per_seq or masked[b][s:s + L].any() or reps.get(key, 0) >= max_repeat: continue
-                masked[b][s:s + L] = True; nper[b] += 1; reps[key] = reps.get(key, 0) + 1
-                spans.append((int(b), int(s), L)); total += L; done = True; break
-            if done: break
+    spans, total = _pick_spans(rows, groups, draws, budget, max_span_len, max_spans_per_seq, max_repeat)
     ratio = total / max(n_real, 1)
     if stats is not None:
         stats['batches'] = stats.get('batches', 0) + 1
@@ -123,59 +146,100 @@ def span_mask(batch, # list of block dicts with input_ids, valid_start, valid_en
     return SpanMask(sorted(spans), ratio, n_real, budget, int(sum(map(len, cands))))
 
 # %% ../../nbs/07_masking.ipynb #8e4266f8
-def plot_masked_block(batch, # list of block dicts (the batch `span_mask` saw)
-                      spans: SpanMask, # from `span_mask`
-                      tok, # the tokenizer of the blocks
-                      seq: int = 0, # the sequence whose masked spans are drawn
-                      other: int | None = None, # the sequence where they co-occur (default: the one with most occurrences)
-                      width: int = 110, # characters per line
-                      ax=None): # a matplotlib axes (default: a new figure)
-    "Draw sequence `seq` with its masked spans highlighted and, below, sequence `other` with the spans' occurrences."
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch, Rectangle
-    rows = _rows(batch); ids = list(rows[seq]['input_ids'])
-    mine = [(s, L) for b, s, L in spans.spans if b == seq]
-    hit = {}  # sequence -> {position: span number} where one of `mine` occurs
+def _occurrences(rows, # list of block dicts
+                 seq: int, # the sequence whose spans are looked for
+                 mine: list, # its spans, `(start, length)`
+                ) -> dict:
+    "`{sequence: {position: span number}}`: where the spans of sequence `seq` occur in the other sequences."
+    ids, hit = list(rows[seq]['input_ids']), {}
     for k, (s, L) in enumerate(mine):
         for j, r in enumerate(rows):
             o = list(r['input_ids'])
             if j == seq: continue
             for m in range(len(o) - L + 1):
                 if o[m:m + L] == ids[s:s + L]: hit.setdefault(j, {}).update({p: k for p in range(m, m + L)})
-    if other is None: other = max(hit, key=lambda j: len(hit[j])) if hit else (seq + 1) % len(rows)
-    colours = ('#f4a261', '#8ecae6')
-    def layout(r, marks):  # (line, x, text, span number or None), wrapping at word starts
-        out, x, line = [], 0, 0
-        for p, t in enumerate(tok.convert_ids_to_tokens(list(r['input_ids']))):
-            t, sp = (t[2:], '') if t.startswith('##') else (t, ' ' if p else '')
-            if x + len(sp) + len(t) > width and sp: line, x, sp = line + 1, 0, ''
-            out.append((line, x + len(sp), t, marks.get(p), bool(sp))); x += len(sp) + len(t)
-        return out, line + 1
-    blocks = [(f'sequence {seq}: its {len(mine)} masked spans', layout(rows[seq], {p: k for k, (s, L) in enumerate(mine)
-                                                                                  for p in range(s, s + L)}), colours[0]),
-              (f'sequence {other}: where they occur too', layout(rows[other], hit.get(other, {})), colours[1])]
-    n_lines = sum(n + 1 for _, (_, n), _ in blocks) + 1
-    if ax is None: _, ax = plt.subplots(figsize=(8, 0.16 * n_lines + 0.5))
-    r = ax.figure.canvas.get_renderer(); axw = ax.get_window_extent(r).width
+    return hit
+
+# %% ../../nbs/07_masking.ipynb #58abb3d4
+def _layout(tok, # the tokenizer of the block
+            r, # one block dict
+            marks: dict, # `{position: span number}` of the highlighted tokens
+            width: int, # characters per line
+           ) -> tuple[list, int]:
+    "`(line, x, text, span number or None, spaced)` a token, wrapped at word starts, and the number of lines."
+    out, x, line = [], 0, 0
+    for p, t in enumerate(tok.convert_ids_to_tokens(list(r['input_ids']))):
+        t, sp = (t[2:], '') if t.startswith('##') else (t, ' ' if p else '')
+        if x + len(sp) + len(t) > width and sp: line, x, sp = line + 1, 0, ''
+        out.append((line, x + len(sp), t, marks.get(p), bool(sp)))
+        x += len(sp) + len(t)
+    return out, line + 1
+
+# %% ../../nbs/07_masking.ipynb #e659b6b4
+def _fit_font(ax, # a matplotlib axes
+              width: int, # characters a line must hold
+             ) -> tuple:
+    "`(font size, characters across)`: the largest monospace font that fits `width` characters across `ax`."
+    r = ax.figure.canvas.get_renderer()
+    axw = ax.get_window_extent(r).width
     for fs in np.arange(9, 3, -0.25):  # the largest font that fits `width` characters (advances are whole pixels)
         probe = ax.text(0, 0, 'x' * width, fontsize=fs, family='monospace')
-        adv = probe.get_window_extent(r).width / width; probe.remove()
+        adv = probe.get_window_extent(r).width / width
+        probe.remove()
         if adv * width <= axw: break
-    ax.set_xlim(0, axw / adv); ax.set_ylim(n_lines - 0.5, -0.5); ax.axis('off')  # one x unit = one character
+    return fs, axw / adv
+
+# %% ../../nbs/07_masking.ipynb #301847c1
+def _draw_tokens(ax, # a matplotlib axes, one x unit a character
+                 toks: list, # from `_layout`
+                 y: float, # the line of the first token
+                 colour, # the box behind a highlighted token
+                 fs: float, # font size
+                ):
+    "Draw laid-out tokens from line `y` on, each highlighted one on a box (one box across a span's spaces)."
+    from matplotlib.patches import Rectangle
+    prev = None
+    for line, x, t, k, spaced in toks:
+        if k is not None:
+            join = prev is not None and prev[0] == line and prev[1] == k  # the same span goes on: cover the space
+            x0 = x - (1 if join and spaced else 0)
+            ax.add_patch(Rectangle((x0, y + line - 0.45), x + len(t) - x0, 0.9, color=colour, lw=0))
+        ax.text(x, y + line, t, fontsize=fs, family='monospace', va='center')
+        prev = (line, k) if k is not None else None
+
+# %% ../../nbs/07_masking.ipynb #df888c05
+def plot_masked_block(batch, # list of block dicts (the batch `span_mask` saw)
+                      spans: SpanMask, # from `span_mask`
+                      tok, # the tokenizer of the blocks
+                      seq: int = 0, # the sequence whose masked spans are drawn
+                      other: int | None = None, # the sequence where they co-occur (default: the one with most)
+                      width: int = 110, # characters per line
+                      ax=None): # a matplotlib axes (default: a new figure)
+    "Draw sequence `seq` with its masked spans highlighted and, below, sequence `other` with the spans' occurrences."
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    rows = _rows(batch)
+    mine = [(s, L) for b, s, L in spans.spans if b == seq]
+    hit = _occurrences(rows, seq, mine)  # sequence -> {position: span number} where one of `mine` occurs
+    if other is None: other = max(hit, key=lambda j: len(hit[j])) if hit else (seq + 1) % len(rows)
+    colours = ('#f4a261', '#8ecae6')
+    marks = {p: k for k, (s, L) in enumerate(mine) for p in range(s, s + L)}
+    blocks = [(f'sequence {seq}: its {len(mine)} masked spans', _layout(tok, rows[seq], marks, width), colours[0]),
+              (f'sequence {other}: where they occur too', _layout(tok, rows[other], hit.get(other, {}), width),
+               colours[1])]
+    n_lines = sum(n + 1 for _, (_, n), _ in blocks) + 1
+    if ax is None: _, ax = plt.subplots(figsize=(8, 0.16 * n_lines + 0.5))
+    fs, across = _fit_font(ax, width)
+    ax.set_xlim(0, across)  # one x unit = one character
+    ax.set_ylim(n_lines - 0.5, -0.5)
+    ax.axis('off')
     y = 0
     for head, (toks, n), c in blocks:
-        ax.text(0, y, head, fontsize=fs, fontweight='bold', va='center'); y += 1
-        prev = None
-        for line, x, t, k, spaced in toks:
-            if k is not None:
-                join = prev is not None and prev[0] == line and prev[1] == k  # the same span goes on: cover the space
-                x0 = x - (1 if join and spaced else 0)
-                ax.add_patch(Rectangle((x0, y + line - 0.45), x + len(t) - x0, 0.9, color=c, lw=0))
-            ax.text(x, y + line, t, fontsize=fs, family='monospace', va='center')
-            prev = (line, k) if k is not None else None
-        y += n + 1
-    ax.legend(handles=[Patch(color=colours[0], label='masked span'), Patch(color=colours[1], label='its occurrence elsewhere')],
-              loc='lower right', fontsize=fs, ncol=2, frameon=False, bbox_to_anchor=(1, -0.08))
+        ax.text(0, y, head, fontsize=fs, fontweight='bold', va='center')
+        _draw_tokens(ax, toks, y + 1, c, fs)
+        y += n + 2
+    handles = [Patch(color=colours[0], label='masked span'), Patch(color=colours[1], label='its occurrence elsewhere')]
+    ax.legend(handles=handles, loc='lower right', fontsize=fs, ncol=2, frameon=False, bbox_to_anchor=(1, -0.08))
     return ax
 
 # %% ../../nbs/07_masking.ipynb #0a0018af
@@ -187,13 +251,16 @@ def _need(tok, what: str):
                          f"tok.{what}_token_id (use `npm_nb.models.load_tokenizer`, which checks this)")
     return i
 
+# %% ../../nbs/07_masking.ipynb #49f9189e
 def _round_up(n: int, k: int) -> int: return -(-n // k) * k if k else n
 
 def _pad(seqs: list, pad_id: int, multiple: int = 8):
     "Right-pad lists of ids into `(ids [B,L], attention_mask [B,L])` long tensors."
     L = _round_up(max(map(len, seqs)), multiple)
     ids, att = torch.full((len(seqs), L), pad_id, dtype=torch.long), torch.zeros((len(seqs), L), dtype=torch.long)
-    for b, s in enumerate(seqs): ids[b, :len(s)] = torch.as_tensor(s, dtype=torch.long); att[b, :len(s)] = 1
+    for b, s in enumerate(seqs):
+        ids[b, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+        att[b, : len(s)] = 1
     return ids, att
 
 # %% ../../nbs/07_masking.ipynb #b9cf8fdd
@@ -218,7 +285,8 @@ def collate_npm(batch, # list of block dicts (the same batch `span_mask` saw)
             new += ids[pos:s]
             tokens[len(out['span_seq']), :L] = torch.as_tensor(ids[s:s + L])
             for k, v in zip(out, (b, s, L, len(new))): out[k].append(v)
-            new += [mask_id, mask_id]; pos = s + L
+            new += [mask_id, mask_id]
+            pos = s + L
         masked.append(new + ids[pos:])
     input_ids, attention_mask = _pad([list(r['input_ids']) for r in rows], pad_id, pad_to_multiple)
     masked_input_ids, masked_attention_mask = _pad(masked, pad_id, pad_to_multiple)
@@ -246,6 +314,7 @@ def single_mask(batch, # list of block dicts with input_ids
     k = min(len(elig), max(1, round(mask_ratio * sum(len(r['input_ids']) for r in rows))))
     return sorted(elig[i] for i in rng.choice(len(elig), k, replace=False))
 
+# %% ../../nbs/07_masking.ipynb #43c8bada
 def collate_single(batch, # list of block dicts
                    positions: list, # from `single_mask`
                    tok, # the tokenizer (mask and pad ids)
@@ -256,7 +325,8 @@ def collate_single(batch, # list of block dicts
     input_ids, attention_mask = _pad([list(r['input_ids']) for r in rows], pad_id, pad_to_multiple)
     q_seq = torch.tensor([b for b, _ in positions], dtype=torch.long)
     q_pos = torch.tensor([p for _, p in positions], dtype=torch.long)
-    masked = input_ids.clone(); masked[q_seq, q_pos] = mask_id
+    masked = input_ids.clone()
+    masked[q_seq, q_pos] = mask_id
     return dict(input_ids=input_ids, attention_mask=attention_mask, masked_input_ids=masked,
                 masked_attention_mask=attention_mask.clone(), q_seq=q_seq, q_pos=q_pos, q_token=input_ids[q_seq, q_pos])
 
