@@ -23,6 +23,7 @@ def _check(q, seq, cand, cand_ids, cand_mask, seq_offset):
     if len(seq) and (seq.min() + seq_offset < 0 or seq.max() + seq_offset >= cand.shape[0]):
         raise ValueError(f"span_seq + seq_offset must index a candidate row (0..{cand.shape[0] - 1})")
 
+# %% ../../nbs/08_losses.ipynb #557b5602
 def candidate_mask(span_seq: torch.Tensor, # [S] the query's sequence (index within this rank's batch)
                    cand_mask: torch.Tensor, # [N,L] bool, real candidate tokens
                    seq_offset: int = 0, # row of this rank's first sequence among the candidates
@@ -38,7 +39,8 @@ def span_positives(span_tokens: torch.Tensor, # [S,T] span token ids, padded wit
                    cand_mask: torch.Tensor, # [N,L] bool, real candidate tokens
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     "`(start, end)` `[S,N,L]` bool: where each span starts / ends in the candidates (own sequence not yet excluded)."
-    S, T = span_tokens.shape; N, L = cand_ids.shape
+    S, T = span_tokens.shape
+    N, L = cand_ids.shape
     if S and (span_len.min() < 1 or span_len.max() > T):
         raise ValueError(f"span_len must lie in 1..{T} (the width of span_tokens)")
     ids = torch.cat([cand_ids.masked_fill(~cand_mask.bool(), -2), cand_ids.new_full((N, T), -2)], 1)
@@ -68,8 +70,10 @@ def contrastive_terms(q: torch.Tensor, # [S,h] queries that have at least one po
     return torch.logsumexp(s_all, 1) - torch.logsumexp(s_pos, 1), hit
 
 # %% ../../nbs/08_losses.ipynb #95a02bf4
-def _zero(*xs): return sum(x.sum() * 0 for x in xs if x.requires_grad) if any(x.requires_grad for x in xs) else xs[0].new_zeros(())
+def _zero(*xs):
+    return sum(x.sum() * 0 for x in xs if x.requires_grad) if any(x.requires_grad for x in xs) else xs[0].new_zeros(())
 
+# %% ../../nbs/08_losses.ipynb #b6fc0111
 def start_end_loss(q_start: torch.Tensor, # [S,h] hidden states at the first [MASK] of each span
                    q_end: torch.Tensor, # [S,h] hidden states at the second [MASK]
                    span_seq: torch.Tensor, # [S] sequence of each span (index within this rank's batch)
@@ -81,10 +85,12 @@ def start_end_loss(q_start: torch.Tensor, # [S,h] hidden states at the first [MA
                    seq_offset: int = 0, # candidate row of this rank's first sequence
                   ) -> tuple[torch.Tensor, dict]:
     "NPM's start/end contrastive loss (§3.2.2) with in-batch positives from other sequences; `(loss, stats)`."
-    _check(q_start, span_seq, cand, cand_ids, cand_mask, seq_offset); _check(q_end, span_seq, cand, cand_ids, cand_mask, seq_offset)
+    _check(q_start, span_seq, cand, cand_ids, cand_mask, seq_offset)
+    _check(q_end, span_seq, cand, cand_ids, cand_mask, seq_offset)
     start, end = span_positives(span_tokens, span_len, cand_ids, cand_mask)
     valid = candidate_mask(span_seq, cand_mask, seq_offset)
-    start &= valid; end &= valid
+    start &= valid
+    end &= valid
     keep = start.flatten(1).any(1)
     n, S = int(keep.sum()), len(span_seq)
     stats = dict(n_spans=float(n), n_dropped=float(S - n))
@@ -98,32 +104,43 @@ def start_end_loss(q_start: torch.Tensor, # [S,h] hidden states at the first [MA
     return ls + le, stats
 
 # %% ../../nbs/08_losses.ipynb #dd30d329
-def start_end_loss_loop(q_start, q_end, span_seq, span_tokens, span_len, cand, cand_ids, cand_mask, seq_offset: int = 0):
+def start_end_loss_loop(q_start, q_end, span_seq, span_tokens, span_len, cand, cand_ids, cand_mask,
+                        seq_offset: int = 0):
     "Loop version of `start_end_loss` (tests only)."
     N, L, h = cand.shape
     ls, le, hs, he, dropped = [], [], [], [], 0
     for i in range(len(span_seq)):
-        n = int(span_len[i]); g = span_tokens[i, :n].tolist(); own = int(span_seq[i]) + seq_offset
+        n, own = int(span_len[i]), int(span_seq[i]) + seq_offset
+        g = span_tokens[i, :n].tolist()
         s_all, e_all, s_pos, e_pos, s_hit, e_hit = [], [], [], [], [], []
         for j in range(N):
             if j == own: continue
             ids, real = cand_ids[j].tolist(), cand_mask[j].tolist()
             for m in range(L):
                 if not real[m]: continue
-                ss = (q_start[i] * cand[j, m]).sum() / math.sqrt(h); se = (q_end[i] * cand[j, m]).sum() / math.sqrt(h)
+                ss = (q_start[i] * cand[j, m]).sum() / math.sqrt(h)
+                se = (q_end[i] * cand[j, m]).sum() / math.sqrt(h)
                 is_s = m + n <= L and all(real[m:m + n]) and ids[m:m + n] == g
                 is_e = m - n + 1 >= 0 and all(real[m - n + 1:m + 1]) and ids[m - n + 1:m + 1] == g
-                s_all.append(ss); e_all.append(se); s_hit.append(is_s); e_hit.append(is_e)
+                s_all.append(ss)
+                e_all.append(se)
+                s_hit.append(is_s)
+                e_hit.append(is_e)
                 if is_s: s_pos.append(ss)
                 if is_e: e_pos.append(se)
-        if not s_pos: dropped += 1; continue
+        if not s_pos:
+            dropped += 1
+            continue
         ls.append(torch.logsumexp(torch.stack(s_all), 0) - torch.logsumexp(torch.stack(s_pos), 0))
         le.append(torch.logsumexp(torch.stack(e_all), 0) - torch.logsumexp(torch.stack(e_pos), 0))
-        hs.append(s_hit[int(torch.stack(s_all).argmax())]); he.append(e_hit[int(torch.stack(e_all).argmax())])
+        hs.append(s_hit[int(torch.stack(s_all).argmax())])
+        he.append(e_hit[int(torch.stack(e_all).argmax())])
     stats = dict(n_spans=float(len(ls)), n_dropped=float(dropped))
-    if not ls: return _zero(q_start, q_end, cand), dict(stats, loss_start=0.0, loss_end=0.0, start_top1=0.0, end_top1=0.0)
+    if not ls: return _zero(q_start, q_end, cand), dict(stats, loss_start=0.0, loss_end=0.0, start_top1=0.0,
+                                                        end_top1=0.0)
     a, b = torch.stack(ls).mean(), torch.stack(le).mean()
-    return a + b, dict(stats, loss_start=a.item(), loss_end=b.item(), start_top1=sum(hs) / len(hs), end_top1=sum(he) / len(he))
+    return a + b, dict(stats, loss_start=a.item(), loss_end=b.item(), start_top1=sum(hs) / len(hs),
+                       end_top1=sum(he) / len(he))
 
 # %% ../../nbs/08_losses.ipynb #56d5a1a5
 def single_loss(q: torch.Tensor, # [S,h] hidden states at the masked tokens
@@ -138,16 +155,19 @@ def single_loss(q: torch.Tensor, # [S,h] hidden states at the masked tokens
     _check(q, q_seq, cand, cand_ids, cand_mask, seq_offset)
     valid = candidate_mask(q_seq, cand_mask, seq_offset)
     pos = valid & (cand_ids[None] == q_token[:, None, None])
-    keep = pos.flatten(1).any(1); n = int(keep.sum())
+    keep = pos.flatten(1).any(1)
+    n = int(keep.sum())
     stats = dict(n_queries=float(n), n_dropped=float(len(q_seq) - n))
     if n == 0: return _zero(q, cand), dict(stats, loss=0.0, top1=0.0)
     l, hit = contrastive_terms(q[keep], cand, pos[keep], valid[keep])
     l = l.mean()
     return l, dict(stats, loss=l.item(), top1=hit.sum().item() / n)
 
+# %% ../../nbs/08_losses.ipynb #4985bf7e
 def single_loss_loop(q, q_seq, q_token, cand, cand_ids, cand_mask, seq_offset: int = 0):
     "Loop version of `single_loss` (tests only)."
-    N, L, h = cand.shape; terms, hits, dropped = [], [], 0
+    N, L, h = cand.shape
+    terms, hits, dropped = [], [], 0
     for i in range(len(q_seq)):
         own, tid = int(q_seq[i]) + seq_offset, int(q_token[i])
         s_all, s_pos, hit = [], [], []
@@ -155,9 +175,12 @@ def single_loss_loop(q, q_seq, q_token, cand, cand_ids, cand_mask, seq_offset: i
             for m in range(L):
                 if j == own or not cand_mask[j, m]: continue
                 s = (q[i] * cand[j, m]).sum() / math.sqrt(h)
-                s_all.append(s); hit.append(int(cand_ids[j, m]) == tid)
+                s_all.append(s)
+                hit.append(int(cand_ids[j, m]) == tid)
                 if hit[-1]: s_pos.append(s)
-        if not s_pos: dropped += 1; continue
+        if not s_pos:
+            dropped += 1
+            continue
         terms.append(torch.logsumexp(torch.stack(s_all), 0) - torch.logsumexp(torch.stack(s_pos), 0))
         hits.append(hit[int(torch.stack(s_all).argmax())])
     stats = dict(n_queries=float(len(terms)), n_dropped=float(dropped))
