@@ -10,12 +10,14 @@ __all__ = ['MOVED', 'PACKAGE', 'OldNames']
 import importlib, importlib.abc, importlib.machinery, sys
 
 # %% ../nbs/25_package.ipynb #b41623aa
-MOVED = {'storage': 'core', 'fetch': 'data.fetch', 'corpora': 'data.corpora', 'tasks': 'data.tasks', 'blocks': 'data.blocks',
-         'masking': 'npm.masking', 'losses': 'npm.losses', 'training': 'npm.training', 'datastore': 'npm.datastore',
-         'search': 'npm.search', 'index': 'npm.index', 'inference': 'npm.inference', 'evaluation': 'npm.evaluation',
-         'lm': 'baselines.lm', 'replug': 'baselines.replug', 'replug_evaluation': 'baselines.replug_evaluation',
-         'realm': 'baselines.realm', 'realm_pretraining': 'baselines.realm_pretraining', 'reference': 'run.reference',
-         'batch': 'run.batch', 'bundle': 'run.bundle', 'explorer': 'run.explorer', 'cli': 'run.cli'}  # old name → module now
+# old name → module now
+MOVED = {'storage': 'core', 'fetch': 'data.fetch', 'corpora': 'data.corpora', 'tasks': 'data.tasks',
+         'blocks': 'data.blocks', 'masking': 'npm.masking', 'losses': 'npm.losses', 'training': 'npm.training',
+         'datastore': 'npm.datastore', 'search': 'npm.search', 'index': 'npm.index', 'inference': 'npm.inference',
+         'evaluation': 'npm.evaluation', 'lm': 'baselines.lm', 'replug': 'baselines.replug',
+         'replug_evaluation': 'baselines.replug_evaluation', 'realm': 'baselines.realm',
+         'realm_pretraining': 'baselines.realm_pretraining', 'reference': 'run.reference', 'batch': 'run.batch',
+         'bundle': 'run.bundle', 'explorer': 'run.explorer', 'cli': 'run.cli'}
 
 # %% ../nbs/25_package.ipynb #524625f2
 PACKAGE = 'npm_nb'
@@ -23,20 +25,23 @@ PACKAGE = 'npm_nb'
 class _Moved(importlib.abc.Loader):
     "Load an old module name as the module it became: the same object, executed once."
     def __init__(self, new: str): self.new = new
-    def create_module(self, spec):
+    def create_module(self, spec):  # noqa: ARG002 (importlib's Loader protocol passes the spec)
         mod = importlib.import_module(self.new)
         self.spec = mod.__spec__  # importlib sets the old name's spec on the module next; `exec_module` puts this back
         return mod
     def exec_module(self, module): module.__spec__ = self.spec
     def get_code(self, fullname):
         "`python -m npm_nb.<old>`: run the new module as the program."
-        return compile(f"import runpy; runpy.run_module({self.new!r}, run_name='__main__', alter_sys=True)", fullname, 'exec')
+        return compile(f"import runpy; runpy.run_module({self.new!r}, run_name='__main__', alter_sys=True)",
+                       fullname, 'exec')
 
+# %% ../nbs/25_package.ipynb #56149e9d
 class OldNames(importlib.abc.MetaPathFinder):
     "Find `npm_nb.<old>` (a key of `MOVED`) as the module it became."
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ARG002 (importlib's MetaPathFinder protocol)
         pkg, _, old = fullname.rpartition('.')
         if pkg != PACKAGE or old not in MOVED: return None
         return importlib.machinery.ModuleSpec(fullname, _Moved(f'{PACKAGE}.{MOVED[old]}'))
 
+# %% ../nbs/25_package.ipynb #ca75c702
 if not any(type(f).__name__ == 'OldNames' for f in sys.meta_path): sys.meta_path.insert(0, OldNames())

@@ -8,4 +8,5 @@ __all__ = []
 # %% ../nbs/26_main.ipynb #81ff9c93
 import sys
 from .run.cli import main
-if __name__ == '__main__' and '__file__' in globals(): sys.exit(main(prog='python -m npm_nb'))  # `python -m`; a notebook's Run All (no __file__) skips it
+# `python -m`; a notebook's Run All (no __file__) skips it
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main(prog='python -m npm_nb'))
