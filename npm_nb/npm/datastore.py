@@ -126,6 +126,7 @@ def _is_path(s: str) -> bool:
     try: return '\n' not in s and len(s) < 4096 and Path(s).exists()
     except (OSError, ValueError): return False
 
+# %% ../../nbs/10_datastore.ipynb #ddff2092
 def _as_columns(docs):
     "Columns of `docs`: a table or dict as it is (generators read); paths read (`read_documents`); rows gathered."
     if hasattr(docs, 'column_names'): return docs
@@ -259,19 +260,16 @@ def _records(f: Path, encoding: str) -> tuple[str, list]:
     suf = Path(name).suffix.lower()
     if suf == '.parquet':
         import pyarrow.parquet as pq
-        try:
-            t = pq.read_table(f if name == f.name else io.BytesIO(_read_bytes(f)))
-        except DocumentError:
-            raise
+        try: t = pq.read_table(f if name == f.name else io.BytesIO(_read_bytes(f)))
+        except DocumentError: raise
         except Exception as e:
             raise DocumentError(f"{f}: not a readable Parquet file ({type(e).__name__}: {str(e)[:200]})") from None
         if 'text' not in t.column_names:
             raise DocumentError(
                 f"{f}: no 'text' column (it has {t.column_names}); name the column of document texts 'text'"
             )
-        return 'row', list(
-            enumerate(t.select([c for c in ('text', 'id', 'title') if c in t.column_names]).to_pylist(), 1)
-        )
+        cols = [c for c in ('text', 'id', 'title') if c in t.column_names]
+        return 'row', list(enumerate(t.select(cols).to_pylist(), 1))
     raw = _read_bytes(f)
     if suf not in DOCUMENT_SUFFIXES and (k := raw.find(b'\0')) >= 0:
         raise DocumentError(f"{f}: not a text file (a NUL byte at byte {k}: binary data); give text files only, or "
@@ -780,32 +778,14 @@ def _create(cls: Datastore, path, model, tok, max_len=256, remove_stopwords=Fals
     path.mkdir(parents=True, exist_ok=True)
     stop = stopword_ids(tok) if remove_stopwords else np.zeros(0, np.int64)
     name = str(getattr(model, 'name_or_path', '') or '')  # the folder or alias it was loaded from ('' if built in code)
-    atomic_write_json(
-        path / 'manifest.json',
-        dict(
-            format=FORMAT_VERSION,
-            encoder=encoder_fingerprint(model),
-            encoder_name=str(Path(name).resolve()) if name and Path(name).is_dir() else name,
-            tokenizer=tokenizer_fingerprint(tok),
-            tokenizer_name=str(tok.name_or_path),
-            hidden=hidden_size(model),
-            dtype='float16',
-            shape=[0, hidden_size(model)],
-            vector='last_hidden_state (no 1/sqrt(h) scale)',
-            stored='valid_start | valid_end' + (' minus stopwords' if remove_stopwords else ''),
-            max_len=max_len,
-            remove_stopwords=remove_stopwords,
-            stop_ids=stop.tolist(),
-            source=source,
-            amp=amp,
-            corpus=None,
-            parts=[],
-            n_docs=0,
-            n_blocks=0,
-            generation=0,
-            created=time.strftime('%Y-%m-%d %H:%M:%S'),
-        ),
-    )
+    atomic_write_json(path/'manifest.json', dict(
+        format=FORMAT_VERSION, encoder=encoder_fingerprint(model),
+        encoder_name=str(Path(name).resolve()) if name and Path(name).is_dir() else name,
+        tokenizer=tokenizer_fingerprint(tok), tokenizer_name=str(tok.name_or_path), hidden=hidden_size(model),
+        dtype='float16', shape=[0, hidden_size(model)], vector='last_hidden_state (no 1/sqrt(h) scale)',
+        stored='valid_start | valid_end' + (' minus stopwords' if remove_stopwords else ''),
+        max_len=max_len, remove_stopwords=remove_stopwords, stop_ids=stop.tolist(), source=source, amp=amp,
+        corpus=None, parts=[], n_docs=0, n_blocks=0, generation=0, created=time.strftime('%Y-%m-%d %H:%M:%S')))
     return cls(path, model, tok, allow_unfinished=True)
 
 # %% ../../nbs/10_datastore.ipynb #4561b4f6
@@ -1013,9 +993,8 @@ def _new_documents(self, docs):
     fp = corpus_fingerprint(table)  # as given (running ids from 0 when there is no id)
     for i, p in enumerate(self.manifest['parts']):
         if p.get('input', p['corpus']) == fp:
-            warnings.warn(
-                f"these {len(table)} documents were already added to {self.path} (part {i + 1}): nothing to do"
-            )
+            warnings.warn(f"these {len(table)} documents were already added to {self.path} (part {i + 1}): "
+                          "nothing to do")
             return None, fp
     cols = docs.column_names if hasattr(docs, 'column_names') else list(docs)
     if 'id' not in cols or not self.manifest['parts']: return docs, fp
@@ -1035,10 +1014,8 @@ def _new_documents(self, docs):
         raise ValueError(f"document ids {clash[:5]} are already in {self.path} with another title or text: add never "
                          "replaces a document; give the new versions new ids, or build a new store")
     if same:
-        warnings.warn(
-            f"{same} of {len(table)} documents are already in {self.path} (same id and text): adding the other "
-            f"{len(keep)}"
-        )
+        warnings.warn(f"{same} of {len(table)} documents are already in {self.path} (same id and text): "
+                      f"adding the other {len(keep)}")
     if moved:
         warnings.warn(
             f"{len(moved)} of {len(table)} documents are already in {self.path} under an id that names the "
@@ -1276,6 +1253,28 @@ def _documents_to_remove(self, ids: set, missing_ok: bool) -> tuple[list, np.nda
         raise ValueError(f"removing all {len(have)} documents would leave {self.path} empty: delete the folder instead")
     return have, gone
 
+# %% ../../nbs/10_datastore.ipynb #f2a63373
+def _commit_removal(self, m: dict, pend: Path, # the manifest (updated here) and the pending folder
+                    touched: dict, new_doc: np.ndarray, kept: np.ndarray, # the plan (`_removal_plan`)
+                    vb: np.ndarray, vp: np.ndarray, bvs: np.ndarray, # the rows after removal (`_kept_rows`)
+                    n_gone: int): # documents removed
+    "Write the new generation (blocks, documents, rows), then decide the commit and finish it."
+    g = m['generation'] + 1
+    meta = self.path / f'meta-{g}'
+    meta.mkdir(exist_ok=True)
+    _kept_blocks(self, touched, new_doc, pend / 'blocks.arrow')
+    docs = self.docs.select(kept)
+    _save_dataset(Dataset.from_file(str(pend / 'blocks.arrow')), meta / 'blocks')
+    _save_dataset(docs, meta / 'docs')
+    np.savez(meta/'rows.npz', vec_block=vb, vec_pos=vp, block_vec_start=bvs)
+    parts = _kept_parts(self, touched, kept, bvs, docs, pend/'vectors.tmp')
+    m.update(generation=g, shape=[len(vb), self.hidden], n_docs=len(kept), n_blocks=len(bvs) - 1, parts=parts,
+             corpus=_corpus_chain(parts), vectors=f'vectors-{g}.f16', removed=m.get('removed', 0) + n_gone,
+             next_doc=m.get('next_doc', m['n_docs']), updated=time.strftime('%Y-%m-%d %H:%M:%S'),
+             meta_checksums=folder_checksums(meta))
+    atomic_write_json(pend/'commit.json', {'manifest': m, 'base_rows': len(vb), 'replace': True})  # decided
+    _finish_commit(self.path)
+
 # %% ../../nbs/10_datastore.ipynb #0294a818
 @patch
 def remove(self: Datastore, ids, # document ids to remove (see `ds.doc_ids`): one, or a list
@@ -1305,9 +1304,8 @@ def remove(self: Datastore, ids, # document ids to remove (see `ds.doc_ids`): on
             )
         shutil.rmtree(pend, ignore_errors=True)
         pend.mkdir()
-        atomic_write_json(
-            pend / 'stage.json', dict(kind='remove', ids=sorted(ids & set(have)), base_generation=m['generation'])
-        )
+        stage = dict(kind='remove', ids=sorted(ids & set(have)), base_generation=m['generation'])
+        atomic_write_json(pend/'stage.json', stage)
         vb, vp, bvs, copies, encodes = _kept_rows(self, touched)
         if encode:
             if device is not None: self.model.to(device)
@@ -1316,21 +1314,7 @@ def remove(self: Datastore, ids, # document ids to remove (see `ds.doc_ids`): on
         try: _kept_vectors(self, pend/'vectors.tmp', len(vb), copies, encodes, batch_size, device, progress)
         finally:
             if encode: self.model.train(was_training)
-        g = m['generation'] + 1
-        meta = self.path / f'meta-{g}'
-        meta.mkdir(exist_ok=True)
-        _kept_blocks(self, touched, new_doc, pend / 'blocks.arrow')
-        docs = self.docs.select(kept)
-        _save_dataset(Dataset.from_file(str(pend / 'blocks.arrow')), meta / 'blocks')
-        _save_dataset(docs, meta / 'docs')
-        np.savez(meta/'rows.npz', vec_block=vb, vec_pos=vp, block_vec_start=bvs)
-        parts = _kept_parts(self, touched, kept, bvs, docs, pend/'vectors.tmp')
-        m.update(generation=g, shape=[len(vb), self.hidden], n_docs=len(kept), n_blocks=len(bvs) - 1, parts=parts,
-                 corpus=_corpus_chain(parts), vectors=f'vectors-{g}.f16', removed=m.get('removed', 0) + len(gone),
-                 next_doc=m.get('next_doc', m['n_docs']), updated=time.strftime('%Y-%m-%d %H:%M:%S'),
-                 meta_checksums=folder_checksums(meta))
-        atomic_write_json(pend/'commit.json', {'manifest': m, 'base_rows': len(vb), 'replace': True})  # decided
-        _finish_commit(self.path)
+        _commit_removal(self, m, pend, touched, new_doc, kept, vb, vp, bvs, len(gone))
         _remember(self.path, m)
         self._open(verify=False)  # hashed just now
     return self
