@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from fastcore.basics import patch
 from transformers import get_linear_schedule_with_warmup
 from ..core import data_dir, atomic_write_json, atomic_write_bytes, load_state, rng_state, set_rng_state
 from ..models import load_encoder, load_tokenizer, encoder_fingerprint, default_device, offline_mode
@@ -44,7 +45,7 @@ def passages(docs, # documents: a `datasets.Dataset` or list of dicts with `text
                             text=f'{title}\n{body}' if with_title and title else body))
     return out
 
-# %% ../../nbs/16_replug.ipynb #823d5d3a
+# %% ../../nbs/16_replug.ipynb #7c9af4c3
 def mean_pool(h: torch.Tensor, # [B, L, h] last hidden states
               mask: torch.Tensor, # [B, L] real tokens
              ) -> torch.Tensor:
@@ -52,6 +53,7 @@ def mean_pool(h: torch.Tensor, # [B, L, h] last hidden states
     m = mask[..., None].to(h.dtype)
     return (h * m).sum(1) / m.sum(1).clamp(min=1)
 
+# %% ../../nbs/16_replug.ipynb #7fe97ea3
 class DenseRetriever:
     "A bi-encoder: one encoder for queries and passages, mean pooling, cosine similarity (§3.1)."
     def __init__(self, encoder, tok, # an encoder (last hidden states) and its tokenizer
@@ -59,33 +61,47 @@ class DenseRetriever:
                  batch_size: int = 64):
         self.encoder, self.tok, self.max_len, self.batch_size = encoder, tok, max_len, batch_size
 
-    @classmethod
-    def from_pretrained(cls, name: str = 'minilm', # alias, folder or Hugging Face id (e.g. 'facebook/contriever')
-                        device: str | None = None, **kw):
-        "Load encoder and tokenizer (see `npm_nb.models.load_encoder`)."
-        return cls(load_encoder(name, device=device), load_tokenizer(name), **kw)
+    def __repr__(self):
+        return f"DenseRetriever({self.tok.name_or_path!r}, h={self.encoder.config.hidden_size}, max_len={self.max_len})"
 
-    def __repr__(self): return f"DenseRetriever({self.tok.name_or_path!r}, h={self.encoder.config.hidden_size}, max_len={self.max_len})"
+# %% ../../nbs/16_replug.ipynb #2b9e93d6
+@patch(cls_method=True)
+def from_pretrained(
+    cls: DenseRetriever,
+    name: str = 'minilm',  # alias, folder or Hugging Face id (e.g. 'facebook/contriever')
+    device: str | None = None,
+    **kw,
+):
+    "Load encoder and tokenizer (see `npm_nb.models.load_encoder`)."
+    return cls(load_encoder(name, device=device), load_tokenizer(name), **kw)
 
-    @property
-    def device(self): return next(self.encoder.parameters()).device
+# %% ../../nbs/16_replug.ipynb #b279455f
+@patch(as_prop=True)
+def device(self: DenseRetriever): return next(self.encoder.parameters()).device
 
-    def encode(self, texts: list) -> torch.Tensor:
-        "Unit-length embeddings [B, h] of `texts`, with gradients when the encoder trains."
-        enc = self.tok(list(texts), padding=True, truncation=True, max_length=self.max_len, return_tensors='pt').to(self.device)
-        h = self.encoder(input_ids=enc['input_ids'], attention_mask=enc['attention_mask']).last_hidden_state
-        return F.normalize(mean_pool(h, enc['attention_mask']).float(), dim=-1)
+# %% ../../nbs/16_replug.ipynb #b68c85f1
+@patch
+def encode(self: DenseRetriever, texts: list) -> torch.Tensor:
+    "Unit-length embeddings [B, h] of `texts`, with gradients when the encoder trains."
+    enc = self.tok(list(texts), padding=True, truncation=True, max_length=self.max_len, return_tensors='pt').to(
+        self.device
+    )
+    h = self.encoder(input_ids=enc['input_ids'], attention_mask=enc['attention_mask']).last_hidden_state
+    return F.normalize(mean_pool(h, enc['attention_mask']).float(), dim=-1)
 
-    @torch.no_grad()
-    def embed(self, texts: list, progress: bool = False) -> np.ndarray:
-        "Unit-length embeddings [N, h] (float32), in eval mode, batched."
-        was = self.encoder.training; self.encoder.eval()
-        out = [self.encode(texts[a:a + self.batch_size]).cpu().numpy()
-               for a in tqdm(range(0, len(texts), self.batch_size), disable=not progress, desc='embed')]
-        self.encoder.train(was)
-        return np.concatenate(out) if out else np.zeros((0, self.encoder.config.hidden_size), np.float32)
+# %% ../../nbs/16_replug.ipynb #3cdfa590
+@patch
+@torch.no_grad()
+def embed(self: DenseRetriever, texts: list, progress: bool = False) -> np.ndarray:
+    "Unit-length embeddings [N, h] (float32), in eval mode, batched."
+    was = self.encoder.training
+    self.encoder.eval()
+    out = [self.encode(texts[a:a + self.batch_size]).cpu().numpy()
+           for a in tqdm(range(0, len(texts), self.batch_size), disable=not progress, desc='embed')]
+    self.encoder.train(was)
+    return np.concatenate(out) if out else np.zeros((0, self.encoder.config.hidden_size), np.float32)
 
-# %% ../../nbs/16_replug.ipynb #9634aa74
+# %% ../../nbs/16_replug.ipynb #fd77bfc5
 class PassageIndex:
     "Passages and their unit vectors; top-k cosine search, exact or FAISS."
     def __init__(self, passages: list, # `{id, doc_id, title, text}` dicts
@@ -99,57 +115,77 @@ class PassageIndex:
         self.fingerprint, self.path, self._faiss = fingerprint, path, None
         if kind == 'faiss' and len(self.vectors):
             import faiss
-            self._faiss = faiss.IndexFlatIP(self.vectors.shape[1]); self._faiss.add(self.vectors)
+            self._faiss = faiss.IndexFlatIP(self.vectors.shape[1])
+            self._faiss.add(self.vectors)
 
     def __len__(self): return len(self.passages)
     def __repr__(self): return f"PassageIndex({len(self)} passages, h={self.vectors.shape[1]}, {self.kind})"
 
-    def search(self, q: np.ndarray, # [Q, h] unit query vectors
-               k: int) -> tuple:
-        "Top-k `(scores, rows)`, each [Q, k]: cosines, best first."
-        if len(self) == 0: raise ValueError("the passage index is empty: nothing to retrieve; build it from non-empty documents")
-        if k < 1: raise ValueError(f"k={k}: retrieve at least one passage (k=0 means the LM alone: do not search)")
-        if k > len(self): raise ValueError(f"k={k} but the index holds only {len(self)} passages: lower k or index more documents")
-        q = np.ascontiguousarray(np.atleast_2d(q), dtype=np.float32)
-        if self._faiss is not None:
-            s, r = self._faiss.search(q, k); return s.astype(np.float32), r.astype(np.int64)
-        s, r = exact_search(self.vectors, q, k)
-        return (s * np.float32(math.sqrt(q.shape[1]))).astype(np.float32), r
+# %% ../../nbs/16_replug.ipynb #5d0d1646
+@patch
+def search(self: PassageIndex, q: np.ndarray, # [Q, h] unit query vectors
+           k: int) -> tuple:
+    "Top-k `(scores, rows)`, each [Q, k]: cosines, best first."
+    if len(self) == 0:
+        raise ValueError("the passage index is empty: nothing to retrieve; build it from non-empty documents")
+    if k < 1: raise ValueError(f"k={k}: retrieve at least one passage (k=0 means the LM alone: do not search)")
+    if k > len(self):
+        raise ValueError(f"k={k} but the index holds only {len(self)} passages: lower k or index more documents")
+    q = np.ascontiguousarray(np.atleast_2d(q), dtype=np.float32)
+    if self._faiss is not None:
+        s, r = self._faiss.search(q, k)
+        return s.astype(np.float32), r.astype(np.int64)
+    s, r = exact_search(self.vectors, q, k)
+    return (s * np.float32(math.sqrt(q.shape[1]))).astype(np.float32), r
 
-    @classmethod
-    def build(cls, passages: list, retriever: DenseRetriever, path=None, # cache folder (None: not cached)
-              kind: str = 'exact', progress: bool = True):
-        "Embed `passages` with `retriever` (or load the finished cache at `path` made by the same weights)."
-        fp = encoder_fingerprint(retriever.encoder)
-        if path is not None and (Path(path)/'manifest.json').exists():
-            ix = cls.load(path, kind)
-            if ix.fingerprint == fp and [p['id'] for p in ix.passages] == [p['id'] for p in passages]: return ix
-        ix = cls(passages, retriever.embed([p['text'] for p in passages], progress=progress), kind, fp, path)
-        if path is not None: ix.save(path)
-        return ix
+# %% ../../nbs/16_replug.ipynb #6ea7cb41
+@patch(cls_method=True)
+def build(cls: PassageIndex, passages: list, retriever: DenseRetriever, path=None, # cache folder (None: not cached)
+          kind: str = 'exact', progress: bool = True):
+    "Embed `passages` with `retriever` (or load the finished cache at `path` made by the same weights)."
+    fp = encoder_fingerprint(retriever.encoder)
+    if path is not None and (Path(path)/'manifest.json').exists():
+        ix = cls.load(path, kind)
+        if ix.fingerprint == fp and [p['id'] for p in ix.passages] == [p['id'] for p in passages]: return ix
+    ix = cls(passages, retriever.embed([p['text'] for p in passages], progress=progress), kind, fp, path)
+    if path is not None: ix.save(path)
+    return ix
 
-    def save(self, path):
-        "Write `vectors.npy`, `passages.jsonl` and `manifest.json` into a temporary folder, then rename it to `path`."
-        path = Path(path); tmp = path.parent/f'.{path.name}.tmp-{os.getpid()}'
-        shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
-        np.save(tmp/'vectors.npy', self.vectors.astype(np.float16))
-        (tmp/'passages.jsonl').write_text(''.join(json.dumps(p, ensure_ascii=False) + '\n' for p in self.passages))
-        atomic_write_json(tmp/'manifest.json', dict(n=len(self), h=int(self.vectors.shape[1]), fingerprint=self.fingerprint))
-        if path.exists(): old = path.parent/f'.{path.name}.old-{os.getpid()}'; path.rename(old); tmp.rename(path); shutil.rmtree(old)
-        else: tmp.rename(path)
-        self.path = path
+# %% ../../nbs/16_replug.ipynb #a8212508
+@patch
+def save(self: PassageIndex, path):
+    "Write `vectors.npy`, `passages.jsonl` and `manifest.json` into a temporary folder, then rename it to `path`."
+    path = Path(path)
+    tmp = path.parent / f'.{path.name}.tmp-{os.getpid()}'
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    np.save(tmp/'vectors.npy', self.vectors.astype(np.float16))
+    (tmp/'passages.jsonl').write_text(''.join(json.dumps(p, ensure_ascii=False) + '\n' for p in self.passages))
+    atomic_write_json(
+        tmp / 'manifest.json', dict(n=len(self), h=int(self.vectors.shape[1]), fingerprint=self.fingerprint)
+    )
+    if path.exists():
+        old = path.parent / f'.{path.name}.old-{os.getpid()}'
+        path.rename(old)
+        tmp.rename(path)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(path)
+    self.path = path
 
-    @classmethod
-    def load(cls, path, kind: str = 'exact', retriever: DenseRetriever | None = None):
-        "Load a saved index; with `retriever`, check that its weights made the vectors."
-        path = Path(path); m = json.loads((path/'manifest.json').read_text())
-        if retriever is not None and encoder_fingerprint(retriever.encoder) != m['fingerprint']:
-            raise ValueError(f"the index at {path} was embedded by other retriever weights ({m['fingerprint']}); "
-                             "rebuild it with PassageIndex.build(passages, retriever)")
-        ps = [json.loads(l) for l in (path/'passages.jsonl').read_text().splitlines() if l.strip()]
-        return cls(ps, np.load(path/'vectors.npy').astype(np.float32), kind, m['fingerprint'], path)
+# %% ../../nbs/16_replug.ipynb #cf4b65b2
+@patch(cls_method=True)
+def load(cls: PassageIndex, path, kind: str = 'exact', retriever: DenseRetriever | None = None):
+    "Load a saved index; with `retriever`, check that its weights made the vectors."
+    path = Path(path)
+    m = json.loads((path / 'manifest.json').read_text())
+    if retriever is not None and encoder_fingerprint(retriever.encoder) != m['fingerprint']:
+        raise ValueError(f"the index at {path} was embedded by other retriever weights ({m['fingerprint']}); "
+                         "rebuild it with PassageIndex.build(passages, retriever)")
+    ps = [json.loads(l) for l in (path/'passages.jsonl').read_text().splitlines() if l.strip()]
+    return cls(ps, np.load(path/'vectors.npy').astype(np.float32), kind, m['fingerprint'], path)
 
-# %% ../../nbs/16_replug.ipynb #efb0798c
+# %% ../../nbs/16_replug.ipynb #8f5ee0fa
 WEIGHTINGS = ('softmax', 'uniform')
 
 def doc_log_weights(scores, # [k] (or [Q, k]) retrieval scores s(d, x)
@@ -163,6 +199,7 @@ def doc_log_weights(scores, # [k] (or [Q, k]) retrieval scores s(d, x)
     z = s / temperature
     return z - (z.max(-1, keepdims=True) + np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True)))
 
+# %% ../../nbs/16_replug.ipynb #924aeaf7
 def ensemble_logprobs(per_doc, # [k, T] log p(y_t | d ∘ x, y_<t), one row per document
                       log_weights, # [k] log λ
                      ) -> np.ndarray:
@@ -171,7 +208,7 @@ def ensemble_logprobs(per_doc, # [k, T] log p(y_t | d ∘ x, y_<t), one row per 
     m = a.max(0)
     return m + np.log(np.exp(a - m).sum(0))
 
-# %% ../../nbs/16_replug.ipynb #8374bd11
+# %% ../../nbs/16_replug.ipynb #9ff20a46
 @dataclass
 class Retrieved:
     "The top-k passages of one query: rows, cosine scores, texts."
@@ -179,6 +216,7 @@ class Retrieved:
     scores: np.ndarray
     texts: list
 
+# %% ../../nbs/16_replug.ipynb #851e4c72
 class REPLUG:
     "A frozen black-box LM whose inputs are augmented with retrieved passages, ensembled (§3)."
     def __init__(self, lm: CausalLM, # the black-box LM
@@ -190,46 +228,58 @@ class REPLUG:
                  template: str = '{doc}\n\n{x}', # how a document is prepended to the input
                 ):
         if weighting not in WEIGHTINGS: raise ValueError(f"weighting={weighting!r}: use one of {WEIGHTINGS}")
-        if k and (retriever is None or index is None): raise ValueError("k > 0 needs a retriever and an index (k=0: the LM alone)")
+        if k and (retriever is None or index is None):
+            raise ValueError("k > 0 needs a retriever and an index (k=0: the LM alone)")
         if '{doc}' not in template or '{x}' not in template: raise ValueError("template must contain {doc} and {x}")
         self.lm, self.retriever, self.index, self.k = lm, retriever, index, k
         self.weighting, self.temperature, self.template = weighting, temperature, template
 
     def __repr__(self): return f"REPLUG(k={self.k}, {self.weighting}, {self.lm!r}, {self.index!r})"
 
-    def retrieve(self, queries: list, k: int | None = None) -> list:
-        "The top-k passages of each query (`Retrieved`)."
-        k = self.k if k is None else k
-        if not k: return [Retrieved(np.zeros(0, np.int64), np.zeros(0, np.float32), []) for _ in queries]
-        s, r = self.index.search(self.retriever.embed(list(queries)), k)
-        return [Retrieved(r[i], s[i], [self.index.passages[j]['text'] for j in r[i]]) for i in range(len(queries))]
+# %% ../../nbs/16_replug.ipynb #86598275
+@patch
+def retrieve(self: REPLUG, queries: list, k: int | None = None) -> list:
+    "The top-k passages of each query (`Retrieved`)."
+    k = self.k if k is None else k
+    if not k: return [Retrieved(np.zeros(0, np.int64), np.zeros(0, np.float32), []) for _ in queries]
+    s, r = self.index.search(self.retriever.embed(list(queries)), k)
+    return [Retrieved(r[i], s[i], [self.index.passages[j]['text'] for j in r[i]]) for i in range(len(queries))]
 
-    def inputs(self, x: str, hit: Retrieved) -> tuple:
-        "The LM inputs of one query (one per document, or x alone) and their log-weights."
-        if not len(hit.rows): return [x], np.zeros(1)
-        return ([self.template.format(doc=t, x=x) for t in hit.texts],
-                doc_log_weights(hit.scores, self.weighting, self.temperature))
+# %% ../../nbs/16_replug.ipynb #eb91fcc2
+@patch
+def inputs(self: REPLUG, x: str, hit: Retrieved) -> tuple:
+    "The LM inputs of one query (one per document, or x alone) and their log-weights."
+    if not len(hit.rows): return [x], np.zeros(1)
+    return ([self.template.format(doc=t, x=x) for t in hit.texts],
+            doc_log_weights(hit.scores, self.weighting, self.temperature))
 
-# %% ../../nbs/16_replug.ipynb #8984136b
-def _continuation_logprobs(self: REPLUG, xs: list, # inputs (contexts)
-                           ys: list, # continuations (a leading space where one belongs)
-                           hits: list | None = None, # retrieved passages (default: retrieve with xs)
-                          ) -> list:
+# %% ../../nbs/16_replug.ipynb #07d65acc
+@patch
+def continuation_logprobs(self: REPLUG, xs: list, # inputs (contexts)
+                          ys: list, # continuations (a leading space where one belongs)
+                          hits: list | None = None, # retrieved passages (default: retrieve with xs)
+                         ) -> list:
     "Per query: `dict(lp=[T] ensembled log-probs, per_doc=[k, T], log_w=[k], rows=[k])` (natural logs)."
     hits = self.retrieve(xs) if hits is None else hits
-    if any(self.k and not len(h.rows) for h in hits): raise ValueError("a query retrieved no passage: nothing to prepend")
+    if any(self.k and not len(h.rows) for h in hits):
+        raise ValueError("a query retrieved no passage: nothing to prepend")
     prompts, conts, spans = [], [], []
     for x, y, h in zip(xs, ys, hits):
-        ins, lw = self.inputs(x, h); spans.append((len(prompts), len(ins), lw))
-        prompts += ins; conts += [y] * len(ins)
-    bs = self.lm.batch_size; self.lm.batch_size = max(bs, max(n for _, n, _ in spans))
+        ins, lw = self.inputs(x, h)
+        spans.append((len(prompts), len(ins), lw))
+        prompts += ins
+        conts += [y] * len(ins)
+    bs = self.lm.batch_size
+    self.lm.batch_size = max(bs, max(n for _, n, _ in spans))
     try: lps = self.lm.token_logprobs(prompts, conts)
     finally: self.lm.batch_size = bs
     out = []
     for (a, n, lw), h in zip(spans, hits):
-        per = np.stack(lps[a:a + n]); out.append(dict(lp=ensemble_logprobs(per, lw), per_doc=per, log_w=lw, rows=h.rows))
+        per = np.stack(lps[a : a + n])
+        out.append(dict(lp=ensemble_logprobs(per, lw), per_doc=per, log_w=lw, rows=h.rows))
     return out
 
+# %% ../../nbs/16_replug.ipynb #6b6bbb13
 def bits_per_byte(logprobs, # per continuation: token log-probs (natural log)
                   texts, # the continuations
                  ) -> float:
@@ -237,12 +287,11 @@ def bits_per_byte(logprobs, # per continuation: token log-probs (natural log)
     nats = -sum(float(np.sum(l)) for l in logprobs)
     return nats / math.log(2) / sum(len(t.encode('utf-8')) for t in texts)
 
-REPLUG.continuation_logprobs = _continuation_logprobs
-
-# %% ../../nbs/16_replug.ipynb #44fa41dc
-def _label_logprobs(self: REPLUG, prompts: list, # inputs ending where the label word goes
-                    label_words: list, # one word per label (scored with a leading space)
-                    hits: list | None = None) -> np.ndarray:
+# %% ../../nbs/16_replug.ipynb #fd6dba02
+@patch
+def label_logprobs(self: REPLUG, prompts: list, # inputs ending where the label word goes
+                   label_words: list, # one word per label (scored with a leading space)
+                   hits: list | None = None) -> np.ndarray:
     "log p(label word | prompt) from the ensemble: [Q, n_labels]."
     hits = self.retrieve(prompts) if hits is None else hits
     ids = [self.lm.encode(' ' + w.strip()) for w in label_words]
@@ -259,14 +308,14 @@ def _label_logprobs(self: REPLUG, prompts: list, # inputs ending where the label
         out[:, j] = [r['lp'].sum() for r in res]
     return out
 
-def _generate(self: REPLUG, prompts: list, # inputs ending where the answer goes
-              max_new_tokens: int = 10, stop=('\n',), hits: list | None = None) -> list:
+# %% ../../nbs/16_replug.ipynb #64f2381f
+@patch
+def generate(self: REPLUG, prompts: list, # inputs ending where the answer goes
+             max_new_tokens: int = 10, stop=('\n',), hits: list | None = None) -> list:
     "Greedy answers from the ensemble of each prompt's k document-prepended inputs."
     hits = self.retrieve(prompts) if hits is None else hits
     groups, lws = zip(*[self.inputs(x, h) for x, h in zip(prompts, hits)])
     return self.lm.mixture_generate(list(groups), list(lws), max_new_tokens=max_new_tokens, stop=stop)
-
-REPLUG.label_logprobs, REPLUG.generate = _label_logprobs, _generate
 
 # %% ../../nbs/16_replug.ipynb #d27f4aa7
 def lsr_loss(retrieval_scores: torch.Tensor, # [B, k] s(d, x) of the retrieved documents (with gradients)
@@ -279,7 +328,7 @@ def lsr_loss(retrieval_scores: torch.Tensor, # [B, k] s(d, x) of the retrieved d
     log_q = F.log_softmax(lm_scores.detach().float() / beta, -1)
     return (log_q.exp() * (log_q - log_p)).sum(-1).mean()
 
-# %% ../../nbs/16_replug.ipynb #4ae137e3
+# %% ../../nbs/16_replug.ipynb #a5a176d9
 @dataclass
 class LSRConfig:
     "Everything an LSR run depends on (paper values in comments, §5.2)."
@@ -304,16 +353,24 @@ class LSRConfig:
 
     def __post_init__(self):
         if self.lm_score not in ('mean', 'sum'): raise ValueError(f"lm_score={self.lm_score!r}: use 'mean' or 'sum'")
-        if min(self.steps, self.batch_size, self.k, self.reembed_every) < 1: raise ValueError("steps, batch_size, k and reembed_every must be >= 1")
+        if min(self.steps, self.batch_size, self.k, self.reembed_every) < 1:
+            raise ValueError("steps, batch_size, k and reembed_every must be >= 1")
 
+# %% ../../nbs/16_replug.ipynb #36d0db21
 def lsr_checkpoint_dir(profile: str) -> Path:
     "Where a profile's LSR checkpoints live (`final/` is the trained retriever)."
     return data_dir('cache', 'checkpoints', profile, 'replug_lsr')
 
+# %% ../../nbs/16_replug.ipynb #5b3a159e
 def _data_fingerprint(passages, queries) -> str:
     h = hashlib.sha256()
-    for p in passages: h.update(p['id'].encode()); h.update(p['text'].encode())
-    for x, y in queries: h.update(x.encode()); h.update(b'\0'); h.update(y.encode())
+    for p in passages:
+        h.update(p['id'].encode())
+        h.update(p['text'].encode())
+    for x, y in queries:
+        h.update(x.encode())
+        h.update(b'\0')
+        h.update(y.encode())
     return h.hexdigest()[:16]
 
 # %% ../../nbs/16_replug.ipynb #0ac9d71d
@@ -330,13 +387,13 @@ def lm_scores(lm: CausalLM, queries: list, # (x, y) pairs
         for (q, r), lp in zip(todo, lps): cache[f'{q}:{r}'] = float(lp.mean() if lm_score == 'mean' else lp.sum())
     return torch.tensor([[cache[f'{q}:{int(r)}'] for r in rr] for q, rr in zip(qidx, rows)], dtype=torch.float32)
 
-# %% ../../nbs/16_replug.ipynb #e009e473
+# %% ../../nbs/16_replug.ipynb #3981f03a
 def lsr_step(retriever: DenseRetriever, lm: CausalLM, passages: list, queries: list,
              qidx: list, # the query numbers of this step's batch
              vectors: np.ndarray, # the datastore's vectors in use (possibly stale)
              state: dict, # the trainer state (its LM-score cache is filled in place)
              opt, sched, cfg: LSRConfig, template: str = '{doc}\n\n{x}') -> tuple:
-    "One LSR step: retrieve the top-k, score them with the LM, descend KL(Q ‖ P_R); `(loss, grad norm, top-1 agreement)`."
+    "One LSR step: retrieve the top-k, score them with the LM, descend KL(Q ‖ P_R); `(loss, grad norm, top-1 agree)`."
     enc = retriever.encoder
     index = PassageIndex(passages, vectors)
     _, rows = index.search(retriever.embed([queries[q][0] for q in qidx]), cfg.k)
@@ -346,33 +403,21 @@ def lsr_step(retriever: DenseRetriever, lm: CausalLM, passages: list, queries: l
     dv = retriever.encode([passages[int(r)]['text'] for r in rows.ravel()]).view(len(qidx), cfg.k, -1)
     s = torch.einsum('bh,bkh->bk', qv, dv)                                             # cosines, with gradients
     loss = lsr_loss(s, target.to(s.device), cfg.gamma, cfg.beta)
-    opt.zero_grad(set_to_none=True); loss.backward()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
     params = [p for p in enc.parameters() if p.requires_grad]
-    gnorm = float(torch.nn.utils.clip_grad_norm_(params, cfg.clip)); opt.step(); sched.step()
+    gnorm = float(torch.nn.utils.clip_grad_norm_(params, cfg.clip))
+    opt.step()
+    sched.step()
     enc.eval()
     with torch.no_grad():
         agree = float((s.argmax(-1).cpu() == target.argmax(-1)).float().mean())
     return loss, gnorm, agree
 
-# %% ../../nbs/16_replug.ipynb #cca95e1e
-def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to train (its encoder is updated in place)
-              lm: CausalLM, # the frozen supervision LM
-              passages: list, # the datastore's passages
-              queries: list, # training (x, y) pairs, from documents not in the datastore
-              resume: bool = True, # continue from the newest checkpoint of `cfg.out_dir`
-              stop_after: int | None = None, # end after this step, as if interrupted (writes a checkpoint)
-              progress: bool = True, template: str = '{doc}\n\n{x}',
-              index: PassageIndex | None = None, # the datastore already embedded by these initial weights (saves one embedding)
-              deadline: float | None = None, # Unix time: checkpoint and raise `TrainingDeadline` once passed (default: $NPM_NB_DEADLINE)
-             ) -> Path:
-    "Train the retriever with LM supervision (REPLUG-LSR); return the final (or last) checkpoint folder."
-    offline_mode()
-    if cfg.k > len(passages): raise ValueError(f"k={cfg.k} but the datastore holds only {len(passages)} passages")
-    if not queries: raise ValueError("no training queries")
-    out = Path(cfg.out_dir) if cfg.out_dir else lsr_checkpoint_dir(cfg.profile)
-    enc, tok = retriever.encoder, retriever.tok
-    device = cfg.device or str(retriever.device); enc.to(device)
-    init_fp, data_fp = encoder_fingerprint(enc), _data_fingerprint(passages, queries)
+# %% ../../nbs/16_replug.ipynb #87fab68a
+def _lsr_start(cfg: LSRConfig, enc, # the retriever's encoder (its weights are loaded in place on resume)
+               out: Path, resume: bool, init_fp: str, data_fp: str) -> tuple:
+    "`(checkpoints, trainer state)`: the newest checkpoint's state (its weights loaded into `enc`), or step 0."
     cks = run_checkpoints(out, resume)
     state = dict(step=0, init_fingerprint=init_fp, model='replug_lsr', data_fingerprint=data_fp, lm_cache={},
                  index_step=-1, index_vectors=None, log=[])
@@ -382,36 +427,66 @@ def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to trai
             raise ValueError(f"cannot resume from {cks[-1]}: it was trained on other passages or queries; "
                              "use another out_dir, or resume=False to start over")
         enc.load_state_dict(type(enc).from_pretrained(cks[-1]).state_dict())
-        if state['step'] >= cfg.steps: return link_final(out, cks[-1])  # finished: `final` may be missing after a crash
+    return cks, state
+
+# %% ../../nbs/16_replug.ipynb #db440342
+def train_lsr(cfg: LSRConfig, retriever: DenseRetriever, # the retriever to train (its encoder is updated in place)
+              lm: CausalLM, # the frozen supervision LM
+              passages: list, # the datastore's passages
+              queries: list, # training (x, y) pairs, from documents not in the datastore
+              resume: bool = True, # continue from the newest checkpoint of `cfg.out_dir`
+              stop_after: int | None = None, # end after this step, as if interrupted (writes a checkpoint)
+              progress: bool = True, template: str = '{doc}\n\n{x}',
+              index: PassageIndex | None = None, # the datastore embedded by these initial weights (saves one embedding)
+              deadline: float | None = None, # Unix time: save, raise `TrainingDeadline` (default: $NPM_NB_DEADLINE)
+             ) -> Path:
+    "Train the retriever with LM supervision (REPLUG-LSR); return the final (or last) checkpoint folder."
+    offline_mode()
+    if cfg.k > len(passages): raise ValueError(f"k={cfg.k} but the datastore holds only {len(passages)} passages")
+    if not queries: raise ValueError("no training queries")
+    out = Path(cfg.out_dir) if cfg.out_dir else lsr_checkpoint_dir(cfg.profile)
+    enc, tok = retriever.encoder, retriever.tok
+    device = cfg.device or str(retriever.device)
+    enc.to(device)
+    init_fp, data_fp = encoder_fingerprint(enc), _data_fingerprint(passages, queries)
+    cks, state = _lsr_start(cfg, enc, out, resume, init_fp, data_fp)
+    if state['step'] >= cfg.steps: return link_final(out, cks[-1])  # finished: `final` may be missing after a crash
     run = CheckpointManager(out, cfg.steps, cfg.save_every, cfg.keep_last, stop_after, deadline, name='replug_lsr')
-    stream = BatchStream([list(range(a, min(a + cfg.batch_size, len(queries)))) for a in range(0, len(queries), cfg.batch_size)], cfg.seed)
+    bs = cfg.batch_size
+    stream = BatchStream([list(range(a, min(a + bs, len(queries)))) for a in range(0, len(queries), bs)], cfg.seed)
     opt = torch.optim.AdamW([p for p in enc.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup_ratio * cfg.steps), cfg.steps)
     restore_or_seed(state if cks else None, cfg.seed, opt, sched)
     vectors = None if state['index_vectors'] is None else state['index_vectors'].float().numpy()
     if vectors is None and index is not None and index.fingerprint == init_fp and len(index) == len(passages):
-        state['index_vectors'] = torch.from_numpy(index.vectors).half(); state['index_step'] = 0   # step 0's embedding, given
+        state['index_vectors'] = torch.from_numpy(index.vectors).half()
+        state['index_step'] = 0  # step 0's embedding, given
         vectors = state['index_vectors'].float().numpy()
     bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress, desc='train[replug_lsr]')
     while state['step'] < cfg.steps:
         step = state['step']
         if vectors is None or (step % cfg.reembed_every == 0 and state['index_step'] != step):
-            t0 = time.perf_counter()   # §4.4: refresh the datastore with the current retriever
-            vectors = retriever.embed([p['text'] for p in passages]); state['index_step'] = step
+            t0 = time.perf_counter()  # §4.4: refresh the datastore with the current retriever
+            vectors = retriever.embed([p['text'] for p in passages])
+            state['index_step'] = step
             state['index_vectors'] = torch.from_numpy(vectors).half()
             vectors = state['index_vectors'].float().numpy()
             state.setdefault('reembed_s', []).append(round(time.perf_counter() - t0, 2))
-        loss, gnorm, agree = lsr_step(retriever, lm, passages, queries, stream[step], vectors, state, opt, sched, cfg, template)
-        state['step'] += 1; bar.update(1)
+        loss, gnorm, agree = lsr_step(retriever, lm, passages, queries, stream[step], vectors, state, opt, sched, cfg,
+                                      template)
+        state['step'] += 1
+        bar.update(1)
         if state['step'] % cfg.log_every == 0 or state['step'] == cfg.steps:
             state['log'].append(dict(step=state['step'], loss=loss.item(), grad_norm=gnorm, top1_agree=agree,
-                                     lr=sched.get_last_lr()[0], index_step=state['index_step'], lm_pairs=len(state['lm_cache'])))
+                                     lr=sched.get_last_lr()[0], index_step=state['index_step'],
+                                     lm_pairs=len(state['lm_cache'])))
             bar.set_postfix(loss=f'{loss.item():.3f}', pairs=len(state['lm_cache']))
-        if run.step_done(state['step'], lambda: save_checkpoint(out, enc, tok, cfg, state, opt, sched)): break
+        if run.step_done(state['step'], lambda: save_checkpoint(out, enc, tok, cfg, state, opt, sched)):
+            break
     bar.close()
     return run.result(state['step'])
 
-# %% ../../nbs/16_replug.ipynb #ba6d5cdf
+# %% ../../nbs/16_replug.ipynb #90072ef0
 def lsr_state(ckpt) -> dict:
     "The trainer state of an LSR checkpoint (step, log, index step, LM-score cache, ...)."
     return load_state(Path(ckpt)/'trainer_state.pt', fix='use another checkpoint')
