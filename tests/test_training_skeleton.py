@@ -42,7 +42,8 @@ def save_at(d):
     "A stand-in writer of `checkpoint-<step>`."
     def save(step):
         ck = Path(d)/f'checkpoint-{step}'
-        ck.mkdir(parents=True, exist_ok=True); (ck/'trainer_state.pt').write_bytes(b'x')
+        ck.mkdir(parents=True, exist_ok=True)
+        (ck/'trainer_state.pt').write_bytes(b'x')
         return ck
     return save
 
@@ -98,8 +99,8 @@ def blocks(tok): return build_blocks({'text': TOY}, tok, max_len=32, source='toy
 
 
 def npm_cfg(d, **kw):
-    return TrainConfig(**{**dict(objective='npm', model='tiny', corpora=('toy',), batch_size=2, steps=4, warmup=1, lr=1e-3,
-                                 heldout=0.0, log_every=1, save_every=100, keep_last=2, out_dir=str(d)), **kw})
+    return TrainConfig(**{**dict(objective='npm', model='tiny', corpora=('toy',), batch_size=2, steps=4, warmup=1,
+                                 lr=1e-3, heldout=0.0, log_every=1, save_every=100, keep_last=2, out_dir=str(d)), **kw})
 
 
 def npm_run(tok, blocks, d, **kw):
@@ -151,7 +152,8 @@ def lsr_run(tok, lsr_data, d, **kw):
     "A 4-step run of a fresh tiny retriever (a new process's worth of state); the retriever and the result."
     ps, lm = lsr_data
     r = DenseRetriever(tiny_encoder(tok, hidden=32, seed=1), tok, max_len=32)
-    cfg = LSRConfig(out_dir=str(d), steps=4, batch_size=2, k=3, lr=1e-3, reembed_every=2, save_every=100, warmup_ratio=0.0)
+    cfg = LSRConfig(out_dir=str(d), steps=4, batch_size=2, k=3, lr=1e-3, reembed_every=2, save_every=100,
+                    warmup_ratio=0.0)
     return r, train_lsr(cfg, r, lm, ps, QUERIES, progress=False, **kw)
 
 
@@ -170,7 +172,8 @@ def test_lsr_interrupted_and_resumed_is_the_uninterrupted_run(tok, lsr_data, lsr
 
 
 def test_lsr_deadline_stops_with_a_checkpoint_and_resumes(tok, lsr_data, lsr_straight, tmp_path):
-    with pytest.raises(TrainingDeadline, match=r'step 1 of 4 \(replug_lsr\)'): lsr_run(tok, lsr_data, tmp_path, deadline=past())
+    with pytest.raises(TrainingDeadline, match=r'step 1 of 4 \(replug_lsr\)'):
+        lsr_run(tok, lsr_data, tmp_path, deadline=past())
     assert [p.name for p in list_checkpoints(tmp_path)] == ['checkpoint-1'] and not (tmp_path/'final').exists()
     r, fin = lsr_run(tok, lsr_data, tmp_path)
     assert lsr_state(fin)['log'] == lsr_straight[1] and same(weights(r.encoder), lsr_straight[0], eps=1e-6)
@@ -179,9 +182,10 @@ def test_lsr_deadline_stops_with_a_checkpoint_and_resumes(tok, lsr_data, lsr_str
 # ---------------------------------------------------------------- REALM (`train_realm`)
 REALM_TOY = {'id': ['thessaloniki', 'athens', 'patras', 'crete', 'algeria', 'larissa'],
              'title': ['Thessaloniki', 'Athens', 'Patras', 'Crete', 'Algeria', 'Larissa'],
-             'text': ["Thessaloniki is the second largest city in Greece. The White Tower was built by the Ottomans in 1535.",
-                      "Athens is the capital of Greece. The Parthenon stands on the Acropolis of Athens. Athens hosted the "
-                      "Olympic Games in 2004.",
+             'text': ["Thessaloniki is the second largest city in Greece. The White Tower was built by the Ottomans in "
+                      "1535.",
+                      "Athens is the capital of Greece. The Parthenon stands on the Acropolis of Athens. Athens hosted "
+                      "the Olympic Games in 2004.",
                       "Patras is the third largest city in Greece. The port of Patras links Greece to Italy.",
                       "Heraklion is the largest city on Crete. The palace of Knossos lies south of Heraklion.",
                       "Background: Algeria won independence from France on 5 July 1962 after a bloody war.\nCapital: "
@@ -199,7 +203,8 @@ def realm_run(tok, realm_data, d, **kw):
     "A 4-step run (the index re-embedded in the trainer every 2 steps) of a fresh tiny REALM."
     ex, chunks = realm_data
     torch.manual_seed(0)
-    model = REALM(Retriever(tiny_encoder(tok, hidden=32, seed=2), scale=20.0), tiny_encoder(tok, masked_lm=True, hidden=32), tok)
+    retriever = Retriever(tiny_encoder(tok, hidden=32, seed=2), scale=20.0)
+    model = REALM(retriever, tiny_encoder(tok, masked_lm=True, hidden=32), tok)
     cfg = RealmConfig(steps=4, batch_size=2, k=2, lr=1e-3, warmup=1, refresh='sync', refresh_every=2, out_dir=str(d),
                       save_every=100, device='cpu')
     return train_realm(cfg, ex, chunks, model, progress=False, **kw)
@@ -216,7 +221,8 @@ def realm_straight(tok, realm_data, tmp_path_factory):
 
 
 def realm_same(a: Path, b: Path) -> bool:
-    return same(weights(REALM.from_pretrained(a, device='cpu')), weights(REALM.from_pretrained(b, device='cpu')), eps=1e-6)
+    load = lambda p: weights(REALM.from_pretrained(p, device='cpu'))
+    return same(load(a), load(b), eps=1e-6)
 
 
 def test_realm_interrupted_and_resumed_is_the_uninterrupted_run(tok, realm_data, realm_straight, tmp_path):
@@ -230,7 +236,8 @@ def test_realm_interrupted_and_resumed_is_the_uninterrupted_run(tok, realm_data,
 
 
 def test_realm_deadline_stops_with_a_checkpoint_and_resumes(tok, realm_data, realm_straight, tmp_path):
-    with pytest.raises(TrainingDeadline, match=r'step 1 of 4 \(realm\)'): realm_run(tok, realm_data, tmp_path, deadline=past())
+    with pytest.raises(TrainingDeadline, match=r'step 1 of 4 \(realm\)'):
+        realm_run(tok, realm_data, tmp_path, deadline=past())
     assert [p.name for p in list_checkpoints(tmp_path)] == ['checkpoint-1'] and not (tmp_path/'final').exists()
     fin = realm_run(tok, realm_data, tmp_path)
     assert fin == tmp_path/'final' and realm_same(fin, realm_straight[0])
