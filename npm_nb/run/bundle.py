@@ -9,8 +9,7 @@ import lzma, zlib, gzip, shlex
 from datetime import datetime, timezone
 from pathlib import Path
 from ..core import (project_root, data_dir, committed_results_dir, atomic_write_json, load_state, read_json,
-                         check_schema,
-                         checked_path, extract_tar)
+                         check_schema, checked_path, extract_tar)
 
 # %% auto #0
 __all__ = ['MiB', 'DEVICE_PINS', 'DEVICE_PRESENT', 'DEVICE_CORE', 'BUILD_ONLY', 'OPTIONAL', 'RUNTIME_RAW', 'NODEPS_WHEELS',
@@ -96,9 +95,8 @@ def platform_tags(platform: str) -> list[str]:
     if not m: return [platform]
     glibc, arch = int(m.group(1)), m.group(2)
     tags = [f'manylinux_2_{n}_{arch}' for n in range(glibc, 4, -1)]
-    return tags + [t for n,
-                   t in ((17, f'manylinux2014_{arch}'), (12, f'manylinux2010_{arch}'),
-                         (5, f'manylinux1_{arch}')) if n <= glibc]
+    older = ((17, f'manylinux2014_{arch}'), (12, f'manylinux2010_{arch}'), (5, f'manylinux1_{arch}'))
+    return tags + [t for n, t in older if n <= glibc]
 
 # %% ../../nbs/22_bundle.ipynb #dcc13b99
 def _pip_target(python: str, platform: str) -> list[str]:
@@ -121,8 +119,8 @@ def resolve(requirements: list[str], python: str = '3.12', platform: str = 'many
         rep = json.loads(Path(f'{d}/r.json').read_text())
     return [{'name': _canon(i['metadata']['name']), 'version': i['metadata']['version'],
              'url': i['download_info']['url'],
-             'sha256': i['download_info'].get('archive_info', {}).get('hashes',
-                                                                      {}).get('sha256')} for i in rep['install']]
+             'sha256': i['download_info'].get('archive_info', {}).get('hashes', {}).get('sha256')}
+            for i in rep['install']]
 
 # %% ../../nbs/22_bundle.ipynb #e3e56819
 def wheel_plan(python: str = '3.12', platform: str = 'manylinux_2_28_x86_64',
@@ -200,8 +198,7 @@ def part_budget_mb(tree: int | None = None, # bytes of the working tree (default
     if left < 4 * MiB:
         raise ValueError(f"the working tree is {tree / MiB:.1f} MiB: with {margin_mb} MiB margin less than 4 MiB of a "
                          f"{limit_mb} MiB transfer is left for a bundle part. Carry less (move large untracked files "
-                         f"out of the "
-                         "checkout, or git rm big committed run folders there) or pass part_mb")
+                         "out of the checkout, or git rm big committed run folders there) or pass part_mb")
     return math.floor(left / MiB * 10) / 10
 
 # %% ../../nbs/22_bundle.ipynb #4f8d4b34
@@ -229,8 +226,7 @@ def _fp16_weights(path: Path, archive) -> dict:
     try: return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as e:
         raise ValueError(f"{archive}: its model.fp16.safetensors is not readable weights ({e}): the archive is damaged "
-                         f"or "
-                         "was not made by npm-nb; build it again and copy it here") from None
+                         "or was not made by npm-nb; build it again and copy it here") from None
 
 # %% ../../nbs/22_bundle.ipynb #dffc1aea
 def _xz_tar(dest, files: dict, preset: int = 6,
@@ -329,8 +325,8 @@ def export_checkpoint(ckpt, dest=None) -> Path:
     ckpt = Path(ckpt).resolve()
     cfg = json.loads((ckpt/'train_config.json').read_text())
     st = load_state(ckpt/'trainer_state.pt', fix='export a checkpoint written by this version of npm-nb')
-    keep = {k: v for k,
-            v in st.items() if k not in ('optimizer', 'scheduler', 'scaler', 'rng') and not hasattr(v, 'shape')}
+    keep = {k: v for k, v in st.items()
+            if k not in ('optimizer', 'scheduler', 'scaler', 'rng') and not hasattr(v, 'shape')}
     dest = Path(dest or project_root()/'dist'/'checkpoints'/f"ckpt-{cfg['profile']}-{cfg['objective']}.tar.xz")
     with tempfile.TemporaryDirectory() as d:
         w = ckpt/'model.safetensors'
@@ -653,10 +649,9 @@ def _toc_from_parts(at_hand: list, st: dict, stage: Path, toc_f: Path, bundle_di
         atomic_write_json(toc_f, {'format': 1, 'items': table})
         return table
     raise FileNotFoundError(f"{stage} holds the unpacked {', '.join(st['parts'])} but no table of contents, and "
-                            f"{bundle_dir} has "
-                            "neither manifest.json nor one of those parts to read it from: copy manifest.json (or one "
-                            "part) "
-                            "there and install again, or copy every part there and run `install --force` to start over")
+                            f"{bundle_dir} has neither manifest.json nor one of those parts to read it from: copy "
+                            "manifest.json (or one part) there and install again, or copy every part there and run "
+                            "`install --force` to start over")
 
 # %% ../../nbs/22_bundle.ipynb #05b9d8f7
 def _reassemble(table: list, st: dict, save, stage: Path, man: dict | None, toc_f: Path, bundle_dir: Path):
@@ -874,9 +869,8 @@ def _readme(man: dict) -> str:
          f"For Python {man['python']} on {man['platform']} with "
          f"{', '.join(f'{n} {v}' for n, v in man.get('pins', {}).items())}.",
          f"Parts of at most {man.get('part_mb')} MiB: with the working tree ({(man.get('tree_bytes') or 0) / MiB:.1f} "
-         f"MiB at build) "
-         f"each fits one {man.get('call_limit_mb', CALL_LIMIT_MB)} MiB transfer (`python -m npm_nb.run.bundle calls` "
-         f"checks it now).", '',
+         f"MiB at build) each fits one {man.get('call_limit_mb', CALL_LIMIT_MB)} MiB transfer "
+         "(`python -m npm_nb.run.bundle calls` checks it now).", '',
          'Parts (copy them, with manifest.json, into dist/bundle/ of the same checkout):']
     for p in man['parts']:
         names = sorted({it['name'] for it in man['items'] for c in it['chunks'] if c['part'] == p['name']})
@@ -1097,10 +1091,9 @@ def _finish_here(run_dir: Path) -> str | None:
     profile = run_dir.parent.name
     q = shlex.quote(profile)
     st = read_status(run_dir,
-                     fix=f'collect the run again (`python -m npm_nb.run.bundle collect --finish-here FOLDERS`), or '
-                         f'start a '
-                               f'fresh run of {profile} (`python -m npm_nb.run.bundle run {q} ...` there, or `python '
-                               f'-m npm_nb.run.batch {q} --new` here)')
+                     fix='collect the run again (`python -m npm_nb.run.bundle collect --finish-here FOLDERS`), or '
+                         f'start a fresh run of {profile} (`python -m npm_nb.run.bundle run {q} ...` there, or `python '
+                         f'-m npm_nb.run.batch {q} --new` here)')
     if not st['steps']:  # unfinished for the batch too: but nothing ran there, training included
         _log(f"{run_dir.name}: its status.json records no step (the run stopped there before its first one), so its "
              f"training did not run there, and a CPU cannot do it here: give it more GPU jobs (`python3 -m "
@@ -1113,13 +1106,12 @@ def _finish_here(run_dir: Path) -> str | None:
     unready = [n for n in FINISH_NEEDS if n in todo]
     if unready:
         _log(f"{run_dir.name}: {', '.join(unready)} did not finish there, and training at that profile's size on a CPU "
-             f"would take "
-             f"days: give it more GPU jobs (`python3 -m npm_nb.run.bundle run {q} ...`), then collect again")
+             f"would take days: give it more GPU jobs (`python3 -m npm_nb.run.bundle run {q} ...`), then collect again")
         return None
     if any(n in st['steps'] for n in FINISH_NEEDS) and not trained_finals(profile):
         _log(f"{run_dir.name}: its trained checkpoint is not here yet (ckpt-{q}-*.tar.xz comes back in pieces, results "
-             f"first): "
-             "collect the folders of the later jobs too (or `python3 -m npm_nb.run.bundle send OUT` there), then again")
+             "first): collect the folders of the later jobs too (or `python3 -m npm_nb.run.bundle send OUT` there), "
+             "then again")
         return None
     (run_dir/LOCAL_MARK).touch()
     cmd = f'python -m npm_nb.run.batch {q} -p device cpu'
@@ -1180,10 +1172,8 @@ def gpu_tests(budget: float = 150, # seconds for all of them; what runs longer i
 
 # %% ../../nbs/22_bundle.ipynb #f066c216
 VERSION_NAMES = ('torch', 'transformers', 'tokenizers', 'numpy', 'safetensors', 'huggingface-hub', 'accelerate',
-                 'pandas',
-                 'pyarrow', 'matplotlib', 'seaborn', 'scipy', 'pyyaml', 'tqdm', 'xxhash', 'pytest', 'datasets',
-                 'papermill',
-                 'ipykernel', 'nbdev', 'bm25s', 'faiss-cpu', 'faiss-gpu')
+                 'pandas', 'pyarrow', 'matplotlib', 'seaborn', 'scipy', 'pyyaml', 'tqdm', 'xxhash', 'pytest',
+                 'datasets', 'papermill', 'ipykernel', 'nbdev', 'bm25s', 'faiss-cpu', 'faiss-gpu')
 
 def versions(bundle_dir=None) -> dict:
     "The versions of what a run relies on, here and in the bundle's resolution; and the GPU torch sees."
@@ -1210,8 +1200,7 @@ def versions(bundle_dir=None) -> dict:
     bad = [n for n, d in out.items() if not d['ok']]
     if bad:
         print(f"differs from the bundle's resolution: {', '.join(bad)} (the installer keeps the machine's versions; "
-              f"pip check says "
-              "whether the bundled wheels accept them)")
+              "pip check says whether the bundled wheels accept them)")
     return out
 
 # %% ../../nbs/22_bundle.ipynb #04e982cb
@@ -1312,8 +1301,7 @@ def _calls(bundle_dir) -> int:
               f"MiB {'fits' if c_['fits'] else 'OVER'} {CALL_LIMIT_MB} MiB; carry {json.dumps(c_['carry'])}")
     if not all(c_['fits'] for c_ in plan):
         print("error: a part does not fit with the working tree as it is now: `make bundle` again (parts are sized "
-              "from "
-              "the tree)", file=sys.stderr)
+              "from the tree)", file=sys.stderr)
         return 1
     return 0
 
