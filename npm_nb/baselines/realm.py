@@ -15,14 +15,8 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoModelForMaskedLM, AutoConfig
 from ..core import atomic_write_json, atomic_path
-from npm_nb.models import (
-    load_tokenizer,
-    load_encoder,
-    resolve_model,
-    check_tokenizer,
-    encoder_fingerprint,
-    default_device,
-)
+from ..models import load_tokenizer, load_encoder, resolve_model, check_tokenizer, encoder_fingerprint
+from ..models import default_device
 from ..data.blocks import word_boundaries
 from ..npm.inference import exact_search, MASK
 
