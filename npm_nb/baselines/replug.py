@@ -66,12 +66,9 @@ class DenseRetriever:
 
 # %% ../../nbs/16_replug.ipynb #2b9e93d6
 @patch(cls_method=True)
-def from_pretrained(
-    cls: DenseRetriever,
-    name: str = 'minilm',  # alias, folder or Hugging Face id (e.g. 'facebook/contriever')
-    device: str | None = None,
-    **kw,
-):
+def from_pretrained(cls: DenseRetriever,
+                    name: str = 'minilm', # alias, folder or Hugging Face id (e.g. 'facebook/contriever')
+                    device: str | None = None, **kw):
     "Load encoder and tokenizer (see `npm_nb.models.load_encoder`)."
     return cls(load_encoder(name, device=device), load_tokenizer(name), **kw)
 

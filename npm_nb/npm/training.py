@@ -70,9 +70,7 @@ class TrainConfig:
     amp: str = 'auto'  # 'auto' (bf16 or fp16 on CUDA, fp32 on CPU), 'bf16' (CUDA or CPU), 'fp16' (CUDA), 'none'
     max_blocks: int | None = None  # cap on blocks per corpus (None or 0: all)
     batching: str = 'consecutive'  # 'consecutive' blocks of one source (the paper's) or 'random' blocks of one source
-    candidate_grad: bool = (
-        True  # NPM / NPM-single: backpropagate through the candidate (unmasked) pass, as the paper does
-    )
+    candidate_grad: bool = True  # NPM / NPM-single: backpropagate through the candidate (unmasked) pass, as the paper
     extra_blocks: int = 0  # NPM: neighbouring blocks added to a batch's candidates, no gradient (not the paper's)
     device: str | None = None  # default: cuda if available
     workers: int = -1  # processes that mask batches ahead of the loop (-1: auto = up to 8 on CUDA, 0 on CPU)
@@ -137,11 +135,9 @@ def _tokenizer_threads():
         else: os.environ['TOKENIZERS_PARALLELISM'] = old
 
 # %% ../../nbs/09_training.ipynb #8b5b509b
-def training_blocks(
-    cfg: TrainConfig,
-    tok,
-    cache: bool = True,  # keep the blocks in `data/cache/blocks/<key>/` and load them from there next time
-) -> 'datasets.Dataset':
+def training_blocks(cfg: TrainConfig, tok,
+                    cache: bool = True, # keep the blocks in `data/cache/blocks/<key>/`, load them from there next time
+                   ) -> 'datasets.Dataset':
     "The blocks of `cfg.corpora` (each corpus its own source), capped at `cfg.max_blocks` per corpus."
     from datasets import concatenate_datasets, load_from_disk
     from npm_nb.data.corpora import load_corpus
@@ -220,13 +216,11 @@ class NeighbourBlocks:
         return np.concatenate([p[p > max(batch)], p[p < min(batch)][::-1]])[:self.n].tolist()
 
 # %% ../../nbs/09_training.ipynb #d5c20639
-def prepare_batch(
-    rows: list,  # block rows of one batch
-    tok,
-    cfg: TrainConfig,
-    seed: int,  # masking seed (see `mask_seed`)
-    extra_rows: list | None = None,  # NPM: extra candidate blocks (searched for co-occurrence, never masked)
-) -> dict | None:
+def prepare_batch(rows: list, # block rows of one batch
+                  tok, cfg: TrainConfig,
+                  seed: int, # masking seed (see `mask_seed`)
+                  extra_rows: list | None = None, # NPM: extra candidate blocks (searched for co-occurrence, not masked)
+                 ) -> dict | None:
     "Masked model inputs of one batch for `cfg.objective`, or `None` when the batch has nothing to mask."
     if cfg.objective == 'npm':
         spans = span_mask(rows, tok, mask_ratio=cfg.mask_ratio, p=cfg.span_p, max_span_len=cfg.max_span_len,
@@ -768,19 +762,14 @@ def restore_or_seed(state: dict | None, # a checkpoint's trainer state; None: a 
 # %% ../../nbs/09_training.ipynb #0a5ee195
 class CheckpointManager:
     "When a run writes, publishes and stops: save cadence, `stop_after`, deadline, `final` (one rule, every trainer)."
-    def __init__(
-        self,
-        out,  # the run folder
-        steps: int,
-        save_every: int,
-        keep_last: int,  # the run's length, checkpoint cadence and checkpoints kept
-        stop_after: int | None = None,  # end after this step, as if interrupted (writes a checkpoint)
-        deadline: float | None = None,  # Unix time: checkpoint and stop once passed (default: $NPM_NB_DEADLINE)
-        rank: int = 0,
-        world: int = 1,
-        device='cpu',  # under `torchrun`: only rank 0 writes, every rank agrees
-        name: str = 'training',
-    ):  # names the run in the deadline's message
+    def __init__(self, out, # the run folder
+                 steps: int, save_every: int,
+                 keep_last: int, # the run's length, checkpoint cadence and checkpoints kept
+                 stop_after: int | None = None, # end after this step, as if interrupted (writes a checkpoint)
+                 deadline: float | None = None, # Unix time: checkpoint and stop once passed (default: $NPM_NB_DEADLINE)
+                 rank: int = 0, world: int = 1, device='cpu', # under `torchrun`: only rank 0 writes, every rank agrees
+                 name: str = 'training', # names the run in the deadline's message
+                ):
         self.out, self.steps, self.save_every, self.keep_last = Path(out), steps, save_every, keep_last
         self.stop_after, self.deadline = stop_after, _deadline(deadline)
         self.rank, self.world, self.device, self.name = rank, world, device, name
