@@ -103,7 +103,7 @@ def test_every_experiment_states_and_checks_what_it_needs():
                                             ('steps_scale', '1e300', 'at most'), ('steps_scale', '50', '<= 10'),
                                             ('lr', '.inf', 'finite'), ('lr', '5', '<= 1')])
 def test_sweep_refuses_an_empty_grid_and_unbounded_numbers(name, value, why, capsys):
-    assert batch_main(['smoke', '--dry-run', '-p', f'22_recipe_sweep.{name}', value]) == 2
+    assert batch_main(['sweep', '--dry-run', '-p', f'22_recipe_sweep.{name}', value]) == 2
     err = capsys.readouterr().err
     assert f"parameter '{name}'" in err and why in err and 'Traceback' not in err, err
 
