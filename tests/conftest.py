@@ -1,5 +1,5 @@
 """What the tests share: `raises`, the check that a call fails with a clear message (`from conftest import raises`), and
-how `make test` spreads the files over two processes (pytest-xdist, `-n 2 --dist loadgroup`)."""
+how `make test` spreads the files over two processes (pytest-xdist, `-n 2 --dist loadfile`)."""
 import os, sys
 
 import pytest
@@ -13,10 +13,26 @@ SHARED_PROCESS = {'test_batch.py': 'smoke-models', 'test_investigations.py': 'sm
                   'test_reliability_explorer.py': 'explorer'}
 
 
-@pytest.hookimpl(tryfirst=True)   # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(SHARED_PROCESS.get(item.path.name, item.path.name)))
+def pytest_xdist_make_scheduler(config, log):
+    "With `--dist loadfile`: a file's tests in one process, and the files of `SHARED_PROCESS` with theirs."
+    if config.getvalue('dist') != 'loadfile': return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            f = nodeid.split('::', 1)[0]
+            return SHARED_PROCESS.get(f.rsplit('/', 1)[-1], f)
+    return ByFile(config, log)
+
+
+def raises(fn, *parts, exc=Exception):
+    "Call `fn`; it must raise `exc` whose message holds every one of `parts` (a clear error); the message."
+    with pytest.raises(exc) as e:
+        fn()
+    msg = str(e.value)
+    for p in parts:
+        assert p in msg, f"{p!r} not in: {msg}"
+    return msg
 
 
 def pytest_configure():
