@@ -95,10 +95,8 @@ sync-check: install
 docs: install
 	$(PY) docs/site/build.py _site
 
-# Two processes (pytest-xdist; TEST_JOBS=1 for one), each file's tests in one of them, in order (tests/conftest.py).
-TEST_JOBS ?= 2
 test: data sync-check lint
-	$(BIN)/pytest -q -n $(TEST_JOBS) --dist loadfile --durations=25 tests
+	$(BIN)/pytest -q --durations=25 tests
 
 # The linter (pyproject.toml, [tool.ruff]): one statement a line, lines of at most 120 characters, no unused argument,
 # over the notebooks and the package they export.

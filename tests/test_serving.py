@@ -18,10 +18,11 @@ from npm_nb.run.explorer import (Explorer, create_app, serve_in_thread, Explorer
 @pytest.fixture(scope='module')
 def app(tmp_path_factory):
     "The explorer's app on the figure1 corpus; nothing here asks it a query, so no model is loaded."
-    os.environ['NPM_NB_DATA'] = str(tmp_path_factory.mktemp('data'))
-    ex = Explorer(profile='smoke', progress=False, fuzzy=False)
-    yield create_app(ex, model='init', corpus='figure1')
-    ex.close()
+    with pytest.MonkeyPatch.context() as mp:   # the data folder back as it was afterwards, for the tests of other files
+        mp.setenv('NPM_NB_DATA', str(tmp_path_factory.mktemp('data')))
+        ex = Explorer(profile='smoke', progress=False, fuzzy=False)
+        yield create_app(ex, model='init', corpus='figure1')
+        ex.close()
 
 
 @pytest.fixture
