@@ -22,10 +22,11 @@ from ..npm.inference import NPM, BM25Retriever
 __all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'PAPER_SCORING', 'TEMPORAL', 'RUN_ONLY_FIELDS', 'trained_path', 'load_row_model',
            'RowModels', 'store_key', 'drop_matches', 'reference_corpus', 'subject_documents', 'evaluated_texts',
            'open_examples', 'open_selection', 'plain_blocks', 'store_path', 'reference_datastore', 'reference_bm25',
-           'setting_answers', 'keep_sections', 'open_set_answers', 'temporal_selection', 'temporal_answers',
-           'setting_hits', 'dev_evaluation', 'stratum_weights', 'criterion', 'paired_difference', 'task_scores',
-           'training_fields', 'finished_run', 'training_minutes', 'choose_recipe', 'trained_steps', 'checkpoint_steps',
-           'elapsed', 'bf16_autocast', 'closed_set_corpora', 'closed_set_rows', 'profile_parameters']
+           'setting_answers', 'keep_sections', 'open_set_answers', 'temporal_facts', 'sample_countries',
+           'temporal_selection', 'temporal_answers', 'setting_hits', 'dev_evaluation', 'stratum_weights', 'criterion',
+           'paired_difference', 'task_scores', 'training_fields', 'finished_run', 'training_minutes', 'choose_recipe',
+           'trained_steps', 'checkpoint_steps', 'elapsed', 'bf16_autocast', 'closed_set_corpora', 'closed_set_rows',
+           'profile_parameters']
 
 # %% ../../nbs/20_reference.ipynb #2c213e56
 MODEL_ROWS = {'npm': 'NPM (ours, trained)', 'single': 'NPM-single (ours, trained)',
@@ -445,6 +446,26 @@ def open_set_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER
         out[t] = (d, setting_answers(npm, ds, bm, d['query'].tolist(), qf, settings, restrict_k, l_max, batch_size))
     return ds, bm, out
 
+# %% ../../nbs/20_reference.ipynb #tfacts1
+def temporal_facts(split: str = 'test', # the task's split: 'test', 'dev', 'evaluated' or 'full'
+                  ) -> tuple:
+    "`(facts, editions, rows)`: facts of countries in both Factbooks (column `gec`), both editions, their rows by GEC."
+    fb = {'2015': load_corpus('factbook2015'), '2025': load_corpus('factbook2025')}
+    rows = {y: {r.split('/')[1]: i for i, r in enumerate(d['id'])} for y, d in fb.items()}
+    title_gec = {t: i.split('/')[1] for t, i in zip(fb['2025']['title'], fb['2025']['id'])}
+    task = load_task('temporal_factbook', split).to_pandas()
+    task['gec'] = task.subject.map(title_gec)
+    return task[task.gec.isin(rows['2015']) & task.gec.isin(rows['2025'])].reset_index(drop=True), fb, rows
+
+# %% ../../nbs/20_reference.ipynb #tfacts2
+def sample_countries(countries, # GEC codes
+                     n: int | None, seed: int, # how many (0 or None: all of them) and the sample's seed
+                    ) -> list:
+    "`n` of the `countries`, sorted, drawn with `seed`; all of them, sorted, when `n` is 0, None or at least as many."
+    countries = sorted(countries)
+    if not n or n >= len(countries): return countries
+    return sorted(np.random.default_rng(seed).choice(countries, n, replace=False).tolist())
+
 # %% ../../nbs/20_reference.ipynb #b8089490
 def temporal_selection(year: str, # the Factbook edition: '2015' or '2025'
                        countries: int | None, # the number of countries sampled (None: all of them)
@@ -468,18 +489,11 @@ def temporal_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER
                     ) -> tuple:
     "`(facts, answers)`: the temporal task's unchanged facts against the 2025 Factbook (as `06_temporal`)."
     keep_s = {s.strip() for s in sections.split(',') if s.strip()}
-    fb = load_corpus('factbook2025')
-    gec = {r.split('/')[1]: i for i, r in enumerate(fb['id'])}
-    title_gec = {t: i.split('/')[1] for t, i in zip(fb['title'], fb['id'])}
-    task = load_task('temporal_factbook', split).to_pandas()
-    task['gec'] = task.subject.map(title_gec)
-    fb15 = {r.split('/')[1] for r in load_corpus('factbook2015')['id']}
-    task = task[task.gec.isin(gec) & task.gec.isin(fb15)].reset_index(drop=True)
-    countries = sorted(task.gec.unique())
-    if n_countries and n_countries < len(countries):
-        countries = sorted(np.random.default_rng(seed).choice(countries, n_countries, replace=False).tolist())
+    task, fb, rows = temporal_facts(split)
+    countries = sample_countries(task.gec.unique(), n_countries, seed)
     task = task[task.gec.isin(countries) & ~task.changed].reset_index(drop=True)
-    docs = (fb.select(sorted(gec[g] for g in countries)).select_columns(['id', 'title', 'text', 'source'])
+    docs = (fb['2025'].select(sorted(rows['2025'][g] for g in countries))
+              .select_columns(['id', 'title', 'text', 'source'])
               .map(lambda r: {'text': keep_sections(r['text'], keep_s)}))
     sel = temporal_selection('2025', len(countries) if n_countries else None, seed, split, keep_s, max_len, encode_amp)
     path = data_dir('cache', 'datastores', profile, f'npm-{encoder_fingerprint(npm.encoder)[:8]}', sel)
