@@ -15,8 +15,9 @@ from tqdm.auto import tqdm
 from fastcore.basics import patch
 from transformers import (AutoModel, AutoModelForMaskedLM, get_linear_schedule_with_warmup,
                           get_constant_schedule_with_warmup)
-from ..core import (data_dir, atomic_write_json, read_json, load_state, hold_lock, LockedError, pid_alive,
-                         rng_state, set_rng_state, append_jsonl, truncate_metrics, check_setting, disk_errors)
+from ..core import (data_dir, project_root, atomic_write_json, read_json, load_state, hold_lock, LockedError,
+                         pid_alive, rng_state, set_rng_state, append_jsonl, truncate_metrics, check_setting,
+                         disk_errors)
 from ..models import (offline_mode, resolve_model, load_tokenizer, check_tokenizer, encoder_fingerprint,
                            default_device, write_model_checksums, verify_model_folder, check_finite, check_max_len,
                            CHECKSUMS)
@@ -25,14 +26,15 @@ from .masking import span_mask, collate_npm, single_mask, collate_single, mlm_ma
 from .losses import start_end_loss, single_loss, span_positives, candidate_mask
 
 # %% auto #0
-__all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'TrainConfig', 'checkpoint_dir', 'training_blocks', 'BatchStream', 'mask_seed',
-           'training_batches', 'NeighbourBlocks', 'prepare_batch', 'unmasked_inputs', 'StreamItems', 'batch_loader',
-           'TwoViews', 'join_rows', 'gather_candidates', 'mlm_head', 'MaskedLM', 'batch_loss', 'positives_per_span',
-           'make_optimizer', 'cpu_bf16_native', 'amp_setup', 'clean_stale_checkpoints', 'list_checkpoints',
-           'save_checkpoint', 'prune_checkpoints', 'drop_final', 'is_published', 'link_final', 'DamagedCheckpoint',
-           'check_resume', 'resume_point', 'init_model', 'TrainingDeadline', 'run_checkpoints', 'restore_or_seed',
-           'CheckpointManager', 'start_state', 'optimizer_state', 'TrainBatches', 'train_step', 'train_parts', 'train',
-           'retrieval_eval', 'mlm_eval', 'fill_mask', 'config_from_args', 'main']
+__all__ = ['PAPER_CONFIG', 'OBJECTIVES', 'NO_TRAINED_NPM', 'TrainConfig', 'checkpoint_dir', 'best_trained_npm', 'training_blocks',
+           'BatchStream', 'mask_seed', 'training_batches', 'NeighbourBlocks', 'prepare_batch', 'unmasked_inputs',
+           'StreamItems', 'batch_loader', 'TwoViews', 'join_rows', 'gather_candidates', 'mlm_head', 'MaskedLM',
+           'batch_loss', 'positives_per_span', 'make_optimizer', 'cpu_bf16_native', 'amp_setup',
+           'clean_stale_checkpoints', 'list_checkpoints', 'save_checkpoint', 'prune_checkpoints', 'drop_final',
+           'is_published', 'link_final', 'DamagedCheckpoint', 'check_resume', 'resume_point', 'init_model',
+           'TrainingDeadline', 'run_checkpoints', 'restore_or_seed', 'CheckpointManager', 'start_state',
+           'optimizer_state', 'TrainBatches', 'train_step', 'train_parts', 'train', 'retrieval_eval', 'mlm_eval',
+           'fill_mask', 'config_from_args', 'main']
 
 # %% ../../nbs/09_training.ipynb #c5a4158c
 PAPER_CONFIG = dict(lr=3e-5, weight_decay=0.01, warmup=4000, steps=100_000, clip=2.0, batch_size=512, max_len=256,
@@ -100,6 +102,23 @@ def checkpoint_dir(profile: str, # e.g. 'smoke', 'cpu', 'gpu'
                    objective: str = 'npm') -> Path:
     "Where a profile's checkpoints live: `data/cache/checkpoints/<profile>/<objective>` (its `final/` is the model)."
     return data_dir('cache', 'checkpoints', profile, objective)
+
+# %% ../../nbs/09_training.ipynb #1e6d1350
+def best_trained_npm(profiles: tuple = ('cpu', 'quick'), # tried in this order
+                    ) -> tuple[Path, str] | None:
+    """`(folder, label)` of the first of `profiles` with a final NPM checkpoint (the cpu profile's is `make
+    reproduce`'s, the quick one `make model`'s), the label naming the profile, its steps and the folder; None when
+    none has one (`NO_TRAINED_NPM` then says how to make one)."""
+    for p in profiles:
+        f = checkpoint_dir(p)/'final'
+        if not (f/'config.json').exists(): continue
+        cfg = f/'train_config.json'
+        steps = read_json(cfg).get('steps') if cfg.exists() else None
+        where = f.relative_to(project_root()) if f.is_relative_to(project_root()) else f
+        return f, f"the {p} profile's NPM" + (f" after {steps:,} steps" if steps else '') + f" ({where})"
+    return None
+
+NO_TRAINED_NPM = "no trained NPM in this checkout: `make model` trains one in minutes (`make reproduce`: the cpu one)"
 
 # %% ../../nbs/09_training.ipynb #0f1603a0
 def _capped_blocks(docs, tok, max_len, source, cap):
