@@ -38,7 +38,8 @@ default_role = 'literal'
 
 html_theme = 'sphinx_book_theme'
 html_title = 'npm-nb'
-html_static_path = []
+html_static_path = ['static']  # npm_nb.css: code and outputs wrap to the column instead of scrolling sideways
+html_css_files = ['npm_nb.css']
 html_theme_options = {
     'use_download_button': True, 'use_fullscreen_button': False, 'use_repository_button': False,
     'navigation_with_keys': False, 'show_toc_level': 2, 'launch_buttons': {},
