@@ -263,3 +263,20 @@ def test_site_has_the_results_and_the_scaffolding(html):
     assert 'Three ways to read this book' in (html/'index.html').read_text()
     assert re.search(r'<img alt="Figure: [^"]{20,}"', (html/'index.html').read_text())  # the pipeline, with an alt text
     assert (html/'_sources'/'07_masking.ipynb').read_bytes() == (ROOT/'nbs'/'07_masking.ipynb').read_bytes()  # the download
+
+
+# A trained NPM's output named by what made it: a checkpoint folder (`best_trained_npm`'s label) or a committed run.
+TRAINED_LABEL = re.compile(r'checkpoints/\w+/npm/final|run \w+/\d{8}-\d{6}: NPM trained [\d,]+ steps')
+
+
+def test_method_chapters_show_a_trained_npm_and_end_with_summary_and_exercises(html):
+    """BOOK-3 #1 and #5: the tour and chapters 08-14 show a trained NPM's output with what made it (a `make book` run
+    without a trained checkpoint prints how to train one instead, and fails here); 07-14 end with a summary and
+    exercises."""
+    for stem in ['00_tour'] + [f'{n:02d}' for n in range(7, 15)]:
+        page = next(html.glob(f'{stem}*.html')).read_text()
+        if stem != '07':
+            assert TRAINED_LABEL.search(page), f'{stem}: no output of a trained NPM with its checkpoint or run'
+            assert '<img' in page, stem
+        if stem != '00_tour':
+            assert 'id="summary"' in page and 'id="exercises"' in page, f'{stem}: no Summary / Exercises section'
