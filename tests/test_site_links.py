@@ -97,3 +97,9 @@ def test_no_chapter_or_doc_points_at_a_private_document(src):
     bad = [(str(p.relative_to(src)), m[0]) for p in staged_pages(src)
            if not str(p.relative_to(src)).startswith(('results/', 'experiments/')) for m in PRIVATE.finditer(markdown_of(p))]
     assert not bad, bad
+
+
+def test_the_equations_page_is_used_by_four_chapters_or_more(src):
+    "BOOK-3 #5: one numbered 'NPM in equations' page, reused by the method chapters instead of each writing its own."
+    users = sorted(p.stem for p in src.glob('[0-9]*.ipynb') if 'docs/equations.md' in markdown_of(p))
+    assert len(users) >= 4, users
