@@ -2,7 +2,8 @@
 notebooks, then checked as files (works without a browser) and in headless Chromium (Debian's, driven by Playwright, as
 tests/test_explorer_browser.py does): every page loads with no console error and no failed request, nothing is asked
 of any host but the local server, every internal link and image resolves, no code block or output scrolls sideways, a
-formula is rendered, search finds "co-occurrence". The browser tests are skipped, saying why, only when Chromium or Playwright is missing."""
+formula is rendered, search finds "co-occurrence". The browser tests are skipped, saying why, only when Chromium or
+Playwright is missing."""
 import ast, functools, http.server, importlib.util, json, os, re, sys, threading, time
 from html.parser import HTMLParser
 from pathlib import Path
