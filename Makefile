@@ -95,8 +95,11 @@ sync-check: install
 docs: install
 	$(PY) docs/site/build.py _site
 
+# Two test processes (pytest-xdist): one at a time the tests keep about 1.1 of 2 cores busy. Tests that share the smoke
+# profile's caches stay in one process (tests/conftest.py). TEST_WORKERS=0 runs everything in this process, in order.
+TEST_WORKERS ?= 2
 test: data sync-check lint
-	$(BIN)/pytest -q --durations=25 tests
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
 # The linter (pyproject.toml, [tool.ruff]): one statement a line, lines of at most 120 characters, no unused argument,
 # over the notebooks and the package they export.

