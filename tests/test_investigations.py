@@ -100,17 +100,23 @@ def test_leaders_measures_each_cause_of_zero_and_scores_every_fix(tmp_path, monk
     assert fixes.EM.between(0, 100).all()
 
 @needs_data
-def test_scoring_grid_on_dev_then_test_for_at_most_two_settings(tmp_path, monkeypatch, smoke_models):
-    "The scoring grid on dev (the paper's setting first, paired differences against it), its figure, then test for two settings only."
+def test_scoring_grid_and_span_rules_on_dev_then_test_for_the_chosen_settings_only(tmp_path, monkeypatch, smoke_models):
+    "The scoring grid on dev (the paper's setting first, paired differences against it), its figure; the span rules at the chosen scoring, paired against the defaults with the temporal guard; then test for the chosen settings only."
     res = run('21_scoring', tmp_path, monkeypatch, agg_sweep='sum,max', temperature_sweep='1,0.25', w_start_sweep='0.5,1.0')
     dev = table(res, '21_scoring_dev')
     assert len(dev) == 2 * 2 * 2 and tuple(dev.loc[0, ['agg', 'T', 'w_start']]) == ('sum', 1, 0.5)
     assert dev.loc[0, 'vs paper (paired)'] == 0 and dev.criterion.between(0, 100).all()
-    assert (res/'figures'/'21_scoring_dev.png').exists()
+    assert (res/'figures'/'21_scoring_dev.png').exists() and (res/'figures'/'21_scoring_rules.png').exists()
     meta = json.loads((res/'tables'/'21_scoring_dev.meta.json').read_text())
     assert meta['scale']['split'] == 'dev' and 'Chosen by the criterion' in meta['reading']
+    rules = table(res, '21_scoring_rules')
+    assert [tuple(r) for r in rules[['span_rule', 'query_rule']].values] == [
+        ('content', 'keep'), ('content', 'drop'), ('reference', 'keep'), ('reference', 'drop')]
+    assert rules.loc[0, 'vs default (paired)'] == 0 and rules['open-set criterion'].between(0, 100).all()
     test = table(res, '21_scoring_test')
-    assert 1 <= len(test) <= 2 and test.setting.iloc[0].startswith("paper's")
+    assert 1 <= len(test) <= 3 and test.setting.iloc[0].startswith("paper's")
+    rules_test = res/'tables'/'21_scoring_rules_test.csv'   # only when the dev choice left the default rules
+    assert rules_test.exists() == ('/' in test.setting.iloc[-1])   # a rule pair is named span_rule/query_rule
 
 @needs_data
 def test_recipe_sweep_keeps_rows_stops_an_incomplete_grid_and_reuses_rows(tmp_path, monkeypatch):

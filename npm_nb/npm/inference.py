@@ -14,19 +14,21 @@ import torch
 from ..core import atomic_write_json, read_json, folder_checksums, verify_checksums, check_setting
 from ..models import load_encoder, load_tokenizer, check_tokenizer, hidden_size, check_pair, encoder_fingerprint
 from .datastore import STOPWORDS, Datastore, derived, store_fingerprint, check_store_record, check_model
+from ..data.tasks import normalize_answer
 from .index import check_index
 from .search import ExactSearch
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['MASK', 'AGGREGATIONS', 'SPAN_RULES', 'SIDES', 'WH_WORDS', 'BM25_STEMMER', 'ALPHA_MAX', 'check_query', 'query_ids',
-           'encode_queries', 'similarity', 'search_device', 'exact_searcher', 'exact_search', 'rescore', 'neighbours',
-           'TokenTable', 'token_table', 'candidate_spans', 'span_probs', 'phrase_texts', 'occurrence_scores',
-           'aggregate_phrases', 'is_marks', 'junk_tokens', 'span_allowed', 'Prediction', 'snippet', 'predict_phrases',
-           'WordTable', 'word_table', 'token_string_table', 'token_strings', 'token_distribution', 'neighbour_word_ids',
-           'neighbour_words', 'label_mass', 'label_probs', 'bm25_query', 'block_texts', 'check_bm25', 'bm25_stemmer',
-           'BM25Retriever', 'block_rows', 'is_uncased', 'NPM', 'check_search_args', 'as_queries', 'check_verbalizers',
-           'check_inputs', 'drawable', 'block_span_probs', 'plot_span_evidence']
+__all__ = ['MASK', 'AGGREGATIONS', 'SPAN_RULES', 'QUERY_RULES', 'SIDES', 'WH_WORDS', 'BM25_STEMMER', 'ALPHA_MAX', 'check_query',
+           'query_ids', 'encode_queries', 'similarity', 'search_device', 'exact_searcher', 'exact_search', 'rescore',
+           'neighbours', 'TokenTable', 'token_table', 'candidate_spans', 'span_probs', 'phrase_texts',
+           'occurrence_scores', 'aggregate_phrases', 'is_marks', 'junk_tokens', 'span_allowed', 'query_words',
+           'query_only', 'Prediction', 'snippet', 'predict_phrases', 'WordTable', 'word_table', 'token_string_table',
+           'token_strings', 'token_distribution', 'neighbour_word_ids', 'neighbour_words', 'label_mass', 'label_probs',
+           'bm25_query', 'block_texts', 'check_bm25', 'bm25_stemmer', 'BM25Retriever', 'block_rows', 'is_uncased',
+           'NPM', 'check_search_args', 'as_queries', 'check_verbalizers', 'check_inputs', 'drawable',
+           'block_span_probs', 'plot_span_evidence']
 
 # %% ../../nbs/13_inference.ipynb #010f8067
 def check_query(text) -> str:
@@ -367,6 +369,23 @@ def span_allowed(ds, tt: TokenTable,  # noqa: ARG001 (unused: junk comes from `d
     n = c[last + 1] - c[first]  # junk tokens in each span
     return n < last - first + 1 if rule == 'content' else n == 0
 
+# %% ../../nbs/13_inference.ipynb #68a2a546
+QUERY_RULES = ('keep', 'drop')  # phrases made only of the query's words: kept (the paper's) or dropped
+
+def query_words(query: str) -> frozenset:
+    "The words of `query` as EM compares them (`normalize_answer`), its mask left out."
+    return frozenset(normalize_answer(query.replace(MASK, ' ')).split())
+
+# %% ../../nbs/13_inference.ipynb #a796e4dd
+def query_only(texts, # candidate phrases
+               words: frozenset, # the query's words (`query_words`)
+              ) -> np.ndarray:
+    "True for each phrase that has words and every one of them is in `words`: it only repeats the query."
+    def repeats(t):
+        w = normalize_answer(t).split()
+        return bool(w) and all(x in words for x in w)
+    return np.fromiter((repeats(t) for t in texts), bool, len(texts))
+
 # %% ../../nbs/13_inference.ipynb #a467b5ae
 @dataclass
 class Prediction:
@@ -414,6 +433,7 @@ def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vector
                     agg: str = 'sum', # a string's score: 'sum' over its occurrences (the paper's) or 'max' (its best)
                     w_start: float = 0.5, # weight of P_start in an occurrence's score (0.5: the paper's sum)
                     span_rule: str = 'content', # which phrases may be answers: 'content', 'reference' or 'any'
+                    exclude: frozenset = frozenset(), # words: a phrase made only of them is dropped (`query_only`)
                    ) -> list[Prediction]:
     "The top-n phrases for one query from its start and end neighbours (App. A.1)."
     tt = token_table(ds)
@@ -423,12 +443,14 @@ def predict_phrases(ds, q_start, q_end, # a datastore and one query's two vector
     f, l = candidate_spans(tt, tt.token[start_rows], tt.token[end_rows], l_max)
     keep = span_allowed(ds, tt, f, l, span_rule)
     f, l = f[keep], l[keep]
+    texts = phrase_texts(ds, tt, f, l)
+    if exclude:
+        keep = ~query_only(texts, exclude)
+        f, l, texts = f[keep], l[keep], [t for t, k in zip(texts, keep) if k]
     if not len(f):
         return []
     ps, pe = span_probs(ds, tt, q_start, q_end, f, l, start_scores, end_scores, temperature, device)
-    best, final, count = aggregate_phrases(
-        phrase_texts(ds, tt, f, l), occurrence_scores(ps, pe, w_start), l - f + 1, alpha, fold_case, agg
-    )
+    best, final, count = aggregate_phrases(texts, occurrence_scores(ps, pe, w_start), l - f + 1, alpha, fold_case, agg)
     return [_prediction(ds, tt, f[i], l[i], s, c) for i, s, c in zip(best[:topn], final[:topn], count[:topn])]
 
 # %% ../../nbs/13_inference.ipynb #8a06da91
@@ -794,7 +816,7 @@ ALPHA_MAX = 10  # |α| above this overflows: 512 tokens ** 114 is already inf in
 
 # %% ../../nbs/13_inference.ipynb #1b61cfe9
 def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=None, restrict_k=None, agg=None,
-                      w_start=None, span_rule=None):
+                      w_start=None, span_rule=None, query_rule=None):
     "Raise a clear error naming the fix for a search parameter that makes no sense (`None` is not checked)."
     for name, v, lo, eg in (
         ('k', k, 1, 'k=4096 (more than the store holds is fine)'),
@@ -819,6 +841,8 @@ def check_search_args(k=None, topn=None, l_max=None, temperature=None, alpha=Non
         )
     if span_rule is not None and span_rule not in SPAN_RULES:
         raise ValueError(f"span_rule={span_rule!r}: use one of {SPAN_RULES} ('content': the default)")
+    if query_rule is not None and query_rule not in QUERY_RULES:
+        raise ValueError(f"query_rule={query_rule!r}: use one of {QUERY_RULES} ('keep': the default, the paper's)")
     if agg is not None and agg not in AGGREGATIONS:
         raise ValueError(f"agg={agg!r}: use one of {AGGREGATIONS} (sum: the paper's)")
     if w_start is not None and not (isinstance(w_start, (int, float, np.number)) and 0 <= w_start <= 1):
@@ -883,20 +907,23 @@ def predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
                   agg: str = 'sum', # a string's score: 'sum' over its occurrences (the paper's) or 'max'
                   w_start: float = 0.5, # weight of P_start (0.5: the paper's P_start + P_end; 1: starts only)
                   span_rule: str = 'content', # which phrases may be answers (see `span_allowed`)
+                  query_rule: str = 'keep', # 'drop': no answer made only of the query's words (see `query_only`)
                  ) -> list[list[Prediction]]:
     "Top-n phrases with provenance for each query."
     if self.mode != 'npm': raise ValueError("phrase prediction needs mode='npm'; for NPM-single use predict_single")
     texts = as_queries(texts)
-    check_search_args(k, topn, l_max, temperature, alpha, restrict_k, agg, w_start, span_rule)
+    check_search_args(k, topn, l_max, temperature, alpha, restrict_k, agg, w_start, span_rule, query_rule)
     check_inputs(self, ds, index, bm25)
     if not texts: return []
     qs, qe = self.encode_queries(texts, batch_size)
     kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case,
               device=self.device, agg=agg, w_start=w_start, span_rule=span_rule)
+    ex = lambda i: query_words(texts[i]) if query_rule == 'drop' else frozenset()
     if bm25 is None:  # one pass over the store for all start and end queries
         sc, rw = neighbours(ds, np.concatenate([qs, qe]), k, index, device=self.device)
         (s_s, s_r), (e_s, e_r) = (sc[:len(qs)], rw[:len(qs)]), (sc[len(qs):], rw[len(qs):])
-        return [predict_phrases(ds, qs[i], qe[i], s_r[i], s_s[i], e_r[i], e_s[i], **kw) for i in range(len(texts))]
+        return [predict_phrases(ds, qs[i], qe[i], s_r[i], s_s[i], e_r[i], e_s[i], exclude=ex(i), **kw)
+                for i in range(len(texts))]
     rows = [np.sort(block_rows(ds, bm25.retrieve(bm25_query(t, question), restrict_k))) for t in texts]
     union = np.unique(np.concatenate(rows)) if any(len(r) for r in rows) else np.zeros(0, np.int64)
     sims = similarity(np.concatenate([qs, qe]), ds.vectors[union])   # one product for every query's blocks
@@ -906,7 +933,7 @@ def predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
             out.append([])
             continue
         c = np.searchsorted(union, r)
-        out.append(predict_phrases(ds, qs[i], qe[i], r, sims[i, c], r, sims[len(qs) + i, c], **kw))
+        out.append(predict_phrases(ds, qs[i], qe[i], r, sims[i, c], r, sims[len(qs) + i, c], exclude=ex(i), **kw))
     return out
 
 # %% ../../nbs/13_inference.ipynb #0403df87

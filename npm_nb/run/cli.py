@@ -162,7 +162,8 @@ def cmd_ask(a) -> int:
         from npm_nb.run.reference import reference_bm25
         bm25 = reference_bm25(ds)
     preds = npm.predict_batch(a.queries, ds, k=a.k, topn=a.topn, l_max=a.l_max, temperature=a.temperature,
-                              alpha=a.alpha, bm25=bm25, restrict_k=a.bm25 or 3, span_rule=a.span_rule)
+                              alpha=a.alpha, bm25=bm25, restrict_k=a.bm25 or 3, span_rule=a.span_rule,
+                              query_rule=a.query_rule)
     if a.json:
         for q, ps in zip(a.queries, preds): print(json.dumps(answer_record(q, ps), ensure_ascii=False))
     else: print('\n\n'.join(format_answers(q, ps) for q, ps in zip(a.queries, preds)))
@@ -306,6 +307,8 @@ def _ask_options(q):
     q.add_argument('--span-rule', choices=['content', 'reference', 'any'], default='content',
                    help='which phrases may be answers: content (default: not only stopwords, punctuation or symbols), '
                         'reference (none of those anywhere in it, as the reference code), any (every phrase)')
+    q.add_argument('--query-rule', choices=['keep', 'drop'], default='keep',
+                   help="answers made only of the query's words: keep (default, the paper's) or drop")
     q.add_argument('--json', action='store_true', help='one JSON object a query (JSON Lines)')
 
 # %% ../../nbs/24_cli.ipynb #de7db100

@@ -19,14 +19,14 @@ from ..npm.datastore import Datastore, store_fingerprint
 from ..npm.inference import NPM, BM25Retriever
 
 # %% auto #0
-__all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'PAPER_SCORING', 'TEMPORAL', 'RUN_ONLY_FIELDS', 'trained_path', 'load_row_model',
-           'RowModels', 'store_key', 'drop_matches', 'reference_corpus', 'subject_documents', 'evaluated_texts',
-           'open_examples', 'open_selection', 'plain_blocks', 'store_path', 'reference_datastore', 'reference_bm25',
-           'setting_answers', 'keep_sections', 'open_set_answers', 'temporal_facts', 'sample_countries',
-           'temporal_selection', 'temporal_answers', 'setting_hits', 'dev_evaluation', 'stratum_weights', 'criterion',
-           'paired_difference', 'task_scores', 'training_fields', 'finished_run', 'training_minutes', 'choose_recipe',
-           'trained_steps', 'checkpoint_steps', 'elapsed', 'bf16_autocast', 'closed_set_corpora', 'closed_set_rows',
-           'profile_parameters']
+__all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'PAPER_SCORING', 'DEFAULT_RULES', 'TEMPORAL', 'RUN_ONLY_FIELDS', 'trained_path',
+           'load_row_model', 'RowModels', 'store_key', 'drop_matches', 'reference_corpus', 'subject_documents',
+           'evaluated_texts', 'open_examples', 'open_selection', 'plain_blocks', 'store_path', 'reference_datastore',
+           'reference_bm25', 'setting_answers', 'keep_sections', 'open_set_answers', 'temporal_facts',
+           'sample_countries', 'temporal_selection', 'temporal_answers', 'setting_hits', 'dev_evaluation',
+           'stratum_weights', 'criterion', 'paired_difference', 'task_scores', 'training_fields', 'finished_run',
+           'training_minutes', 'choose_recipe', 'trained_steps', 'checkpoint_steps', 'elapsed', 'bf16_autocast',
+           'closed_set_corpora', 'closed_set_rows', 'profile_parameters']
 
 # %% ../../nbs/20_reference.ipynb #2c213e56
 MODEL_ROWS = {'npm': 'NPM (ours, trained)', 'single': 'NPM-single (ours, trained)',
@@ -380,22 +380,27 @@ def reference_bm25(ds: Datastore) -> BM25Retriever:
 
 # %% ../../nbs/20_reference.ipynb #devcrit1
 from ..npm.inference import (bm25_query, block_rows, similarity, token_table, candidate_spans, span_probs,
-                                  phrase_texts, occurrence_scores, aggregate_phrases, check_search_args)
+                                  phrase_texts, occurrence_scores, aggregate_phrases, check_search_args,
+                                  span_allowed, query_only, query_words)
 from ..npm.evaluation import exact_match
 
 # (agg, temperature, w_start): the paper's phrase score, P_start + P_end summed over occurrences
 PAPER_SCORING = ('sum', 1.0, 0.5)
+# a setting may add (span_rule, query_rule) to these three (`npm_nb.npm.inference`); without them, the defaults
+DEFAULT_RULES = ('content', 'keep')
 TEMPORAL = 'temporal unchanged'  # the temporal task's stratum name
 
 # %% ../../nbs/20_reference.ipynb #5ec6a956
 def setting_answers(npm: NPM, ds: Datastore, bm25, # the model, its store and a BM25 index of the store
                     queries, questions, # the queries, and per query its form (True: a question; None: as the task says)
-                    settings=(PAPER_SCORING,), # scoring settings (agg, temperature, w_start)
+                    settings=(PAPER_SCORING,), # (agg, temperature, w_start[, span_rule[, query_rule]])
                     restrict_k: int = 3, l_max: int = 10, batch_size: int = 32) -> list:
     "Per query, the top answer string of every setting ('' where no span is found), from one search of its BM25 blocks."
     settings = [tuple(s) for s in settings]
-    for a, T, w in settings: check_search_args(agg=a, temperature=T, w_start=w)
-    temps = sorted({s[1] for s in settings})
+    full = {s: s + DEFAULT_RULES[len(s) - 3:] for s in settings}
+    for a, T, w, sr, qr in full.values():
+        check_search_args(agg=a, temperature=T, w_start=w, span_rule=sr, query_rule=qr)
+    temps, rules = sorted({s[1] for s in settings}), sorted({s[3:] for s in full.values()})
     tt = token_table(ds)
     out = []
     qs, qe = npm.encode_queries(list(queries), batch_size)
@@ -411,10 +416,18 @@ def setting_answers(npm: NPM, ds: Datastore, bm25, # the model, its store and a 
             continue
         texts, lengths = phrase_texts(ds, tt, f, l), l - f + 1
         probs = {T: span_probs(ds, tt, qs[i], qe[i], f, l, sims[0], sims[1], T, npm.device) for T in temps}
-        out.append({(a, T, w): texts[aggregate_phrases(texts, occurrence_scores(*probs[T], w), lengths, 0.0,
-                                                       npm.fold_case, a)[0][0]]
-                    for a, T, w in settings})
+        repeats = query_only(texts, query_words(q)) if any(r[1] == 'drop' for r in rules) else None
+        kept = {r: np.flatnonzero(span_allowed(ds, tt, f, l, r[0]) & (~repeats if r[1] == 'drop' else True))
+                for r in rules}
+        out.append({s: _top_answer(texts, occurrence_scores(*probs[T], w), lengths, kept[(sr, qr)], a, npm.fold_case)
+                    for s, (a, T, w, sr, qr) in full.items()})
     return out
+
+def _top_answer(texts, scores, lengths, kept, agg, fold_case) -> str:
+    "The best string among the spans `kept` (indices), '' when none is."
+    if not len(kept): return ''
+    best = aggregate_phrases([texts[j] for j in kept], scores[kept], lengths[kept], 0.0, fold_case, agg)[0][0]
+    return texts[kept[best]]
 
 # %% ../../nbs/20_reference.ipynb #bfe15670
 def keep_sections(text: str, keep: set) -> str:
