@@ -14,7 +14,8 @@ from ..data.tasks import (normalize_answer, get_task, make_query, with_mask, sub
 from ..data.fetch import raw_file
 from .datastore import STOPWORDS, derived
 from .inference import (BM25Retriever, block_texts, bm25_query, check_bm25, check_inputs, neighbours,
-                                  predict_phrases, similarity, token_distribution, token_table)
+                                  predict_phrases, similarity, token_distribution, token_table, query_words,
+                                  check_search_args)
 from fastcore.basics import patch
 
 # %% auto #0
@@ -654,7 +655,8 @@ def open_table(t, df, answers, preds, what, seconds, by=None, extra=None, **kw) 
 
 # %% ../../nbs/14_evaluation.ipynb #e699deca
 def _dense_answers(model, ds, texts, # an `NPM`, its datastore and one batch of queries
-                   k, index, topn, l_max, temperature, alpha, restrict_k, batch_size) -> tuple:
+                   k, index, topn, l_max, temperature, alpha, restrict_k, batch_size,
+                   span_rule: str = 'content', query_rule: str = 'keep') -> tuple:
     "`(answers, blocks)` of one batch: per query its `(text, score, Prediction or None)` list and its first blocks."
     q = model.encode_queries(texts, batch_size)
     out, blocks = [], []
@@ -669,14 +671,16 @@ def _dense_answers(model, ds, texts, # an `NPM`, its datastore and one batch of 
     m = len(texts)
     for j in range(m):
         r = predict_phrases(ds, q[0][j], q[1][j], rw[j], sc[j], rw[m + j], sc[m + j], topn=topn, l_max=l_max,
-                            temperature=temperature, alpha=alpha, fold_case=model.fold_case, device=model.device)
+                            temperature=temperature, alpha=alpha, fold_case=model.fold_case, device=model.device,
+                            span_rule=span_rule, exclude=query_words(texts[j]) if query_rule == 'drop' else frozenset())
         out.append([(p.text, p.score, p) for p in r])
         blocks.append(dense_blocks(ds, np.r_[rw[j], rw[m + j]], np.r_[sc[j], sc[m + j]], restrict_k))
     return out, blocks
 
 # %% ../../nbs/14_evaluation.ipynb #df98bfe5
 def _bm25_answers(model, ds, queries, questions, # an `NPM`, its datastore, the queries and their `is_question` flags
-                  bm25, k, topn, l_max, temperature, alpha, restrict_k, batch_size) -> list:
+                  bm25, k, topn, l_max, temperature, alpha, restrict_k, batch_size,
+                  span_rule: str = 'content', query_rule: str = 'keep') -> list:
     "Per query its `(text, score, Prediction)` list, from the top `restrict_k` BM25 blocks."
     out = [None] * len(queries)
     for flag in dict.fromkeys(questions):  # one batch run per BM25 query rule
@@ -684,8 +688,8 @@ def _bm25_answers(model, ds, queries, questions, # an `NPM`, its datastore, the 
         for _, ch in chunks(idx, batch_size):
             res = model.predict_batch([queries[i] for i in ch], ds, k=k, topn=topn, l_max=l_max,
                                       temperature=temperature, alpha=alpha, index=None,
-                                      bm25=bm25, restrict_k=restrict_k,
-                                      question=flag, batch_size=batch_size)
+                                      bm25=bm25, restrict_k=restrict_k, question=flag, batch_size=batch_size,
+                                      span_rule=span_rule, query_rule=query_rule)
             for i, r in zip(ch, res): out[i] = [(p.text, p.score, p) for p in r]
     return out
 
@@ -716,9 +720,12 @@ def eval_open_set(model, # an `NPM` (mode 'npm': phrases; mode 'single': its top
                   answers: str = 'answers', # the gold column (temporal: answers_new / answers_old)
                   by: str | None = None, # macro-average column; default bucket, lang or changed if present
                   batch_size: int = 32,
+                  span_rule: str = 'content', # which phrases may be answers (`span_allowed`; chosen on dev: 21_scoring)
+                  query_rule: str = 'keep', # 'drop': no answer made only of the query's words (`query_only`)
                  ) -> tuple:
     "Exact match of NPM's top phrase, and whether the gold was in the blocks it read: `(per-example table, summary)`."
     if mode not in ('bm25', 'dense'): raise ValueError(f"mode={mode!r}: use 'bm25' (the paper's) or 'dense'")
+    check_search_args(span_rule=span_rule, query_rule=query_rule)
     t, df = task_rows(task, rows, n)
     if model.mode == 'single' and mode == 'bm25':
         raise ValueError("NPM-single has no BM25-restricted search here: use mode='dense'")
@@ -733,16 +740,18 @@ def eval_open_set(model, # an `NPM` (mode 'npm': phrases; mode 'single': its top
         if mode == 'dense':  # one search per batch; the neighbours give both the answers and the blocks for recall
             for _, ch in chunks(list(range(len(df))), batch_size):
                 a, b = _dense_answers(model, ds, [queries[i] for i in ch], k, index, topn, l_max, temperature, alpha,
-                                      restrict_k, batch_size)
+                                      restrict_k, batch_size, span_rule, query_rule)
                 for i, x, y in zip(ch, a, b): out[i], blocks[i] = x, y
         else: out = _bm25_answers(model, ds, queries, questions, bm25, k, topn, l_max, temperature, alpha, restrict_k,
-                                  batch_size)
+                                  batch_size, span_rule, query_rule)
     seconds = time.perf_counter() - t0   # model time; the blocks for recall are looked up again outside it
     if mode == 'bm25': blocks = [bm25.retrieve(bm25_query(q, f), restrict_k) for q, f in zip(queries, questions)]
     extra = _open_extra(ds, out, df[answers], blocks)
     return open_table(t, df, answers, [[x[0] for x in o] for o in out], f'NPM({model.mode})', seconds, by, extra,
                        mode=mode, k=k if mode == 'dense' else None, restrict_k=restrict_k,
-                       retrieval=f'{mode} top-{restrict_k} blocks', l_max=l_max, temperature=temperature, alpha=alpha)
+                       retrieval=f'{mode} top-{restrict_k} blocks', l_max=l_max, temperature=temperature, alpha=alpha,
+                       **({} if (span_rule, query_rule) == ('content', 'keep') else
+                          {'span_rule': span_rule, 'query_rule': query_rule}))
 
 # %% ../../nbs/14_evaluation.ipynb #3b3e6b2f
 def greedy_fill(mlm, tok, # a masked LM and its tokenizer

@@ -20,15 +20,15 @@ from .search import ExactSearch
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['MASK', 'AGGREGATIONS', 'SPAN_RULES', 'QUERY_RULES', 'SIDES', 'WH_WORDS', 'BM25_STEMMER', 'ALPHA_MAX', 'check_query',
-           'query_ids', 'encode_queries', 'similarity', 'search_device', 'exact_searcher', 'exact_search', 'rescore',
-           'neighbours', 'TokenTable', 'token_table', 'candidate_spans', 'span_probs', 'phrase_texts',
-           'occurrence_scores', 'aggregate_phrases', 'is_marks', 'junk_tokens', 'span_allowed', 'query_words',
-           'query_only', 'Prediction', 'snippet', 'predict_phrases', 'WordTable', 'word_table', 'token_string_table',
-           'token_strings', 'token_distribution', 'neighbour_word_ids', 'neighbour_words', 'label_mass', 'label_probs',
-           'bm25_query', 'block_texts', 'check_bm25', 'bm25_stemmer', 'BM25Retriever', 'block_rows', 'is_uncased',
-           'NPM', 'check_search_args', 'as_queries', 'check_verbalizers', 'check_inputs', 'drawable',
-           'block_span_probs', 'plot_span_evidence']
+__all__ = ['MASK', 'AGGREGATIONS', 'SPAN_RULES', 'QUERY_RULES', 'RULE_PAIRS', 'SIDES', 'WH_WORDS', 'BM25_STEMMER', 'ALPHA_MAX',
+           'check_query', 'query_ids', 'encode_queries', 'similarity', 'search_device', 'exact_searcher',
+           'exact_search', 'rescore', 'neighbours', 'TokenTable', 'token_table', 'candidate_spans', 'span_probs',
+           'phrase_texts', 'occurrence_scores', 'aggregate_phrases', 'is_marks', 'junk_tokens', 'span_allowed',
+           'query_words', 'query_only', 'rule_pair', 'Prediction', 'snippet', 'predict_phrases', 'WordTable',
+           'word_table', 'token_string_table', 'token_strings', 'token_distribution', 'neighbour_word_ids',
+           'neighbour_words', 'label_mass', 'label_probs', 'bm25_query', 'block_texts', 'check_bm25', 'bm25_stemmer',
+           'BM25Retriever', 'block_rows', 'is_uncased', 'NPM', 'check_search_args', 'as_queries', 'check_verbalizers',
+           'check_inputs', 'drawable', 'block_span_probs', 'plot_span_evidence']
 
 # %% ../../nbs/13_inference.ipynb #010f8067
 def check_query(text) -> str:
@@ -385,6 +385,15 @@ def query_only(texts, # candidate phrases
         w = normalize_answer(t).split()
         return bool(w) and all(x in words for x in w)
     return np.fromiter((repeats(t) for t in texts), bool, len(texts))
+
+# %% ../../nbs/13_inference.ipynb #1181fff9
+RULE_PAIRS = tuple(f'{s}/{q}' for s in SPAN_RULES for q in QUERY_RULES)  # the experiments' `open_rules` values
+
+def rule_pair(pair: str) -> tuple:
+    "`(span_rule, query_rule)` from `'span_rule/query_rule'` (e.g. `'reference/drop'`); a clear error otherwise."
+    if pair not in RULE_PAIRS:
+        raise ValueError(f"rules {pair!r}: use one of {', '.join(RULE_PAIRS)} (content/keep: the default)")
+    return tuple(pair.split('/'))
 
 # %% ../../nbs/13_inference.ipynb #a467b5ae
 @dataclass
