@@ -19,14 +19,15 @@ from .inference import (BM25Retriever, block_texts, bm25_query, check_bm25, chec
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['EVALUATIVE_HEADS', 'JUDGEMENT_EXTRA', 'exact_match', 'group_em', 'macro_em', 'accuracy', 'majority_baseline',
-           'roc_auc', 'auc_se', 'label_scores', 'macro_auc', 'prior_corrected', 'closed_predictions', 'grouped_mean',
-           'paired_difference', 'mean_se', 'gap_text', 'vader_lexicon', 'wordnet_lemmas', 'sentiment_words', 'WordNet',
-           'load_wordnet', 'judgement_words', 'token_pieces', 'is_single_token', 'check_verbalizer',
-           'single_token_words', 'balance', 'plain_verbalizer', 'fuzzy_candidates', 'fuzzy_verbalizer', 'task_rows',
-           'chunks', 'closed_table', 'eval_closed_set', 'word_id', 'eval_closed_set_mlm', 'normalized_blocks',
-           'answer_in_blocks', 'dense_blocks', 'open_table', 'eval_open_set', 'greedy_fill', 'eval_open_set_mlm',
-           'bm25_answer', 'eval_bm25_only', 'document_names', 'translation_name_choice', 'plot_group_em', 'confusion',
+__all__ = ['EVALUATIVE_HEADS', 'JUDGEMENT_EXTRA', 'TRANSLATION_FORMS', 'exact_match', 'group_em', 'macro_em', 'accuracy',
+           'majority_baseline', 'roc_auc', 'auc_se', 'label_scores', 'macro_auc', 'prior_corrected',
+           'closed_predictions', 'grouped_mean', 'paired_difference', 'mean_se', 'gap_text', 'vader_lexicon',
+           'wordnet_lemmas', 'sentiment_words', 'WordNet', 'load_wordnet', 'judgement_words', 'token_pieces',
+           'is_single_token', 'check_verbalizer', 'single_token_words', 'balance', 'plain_verbalizer',
+           'fuzzy_candidates', 'fuzzy_verbalizer', 'task_rows', 'chunks', 'closed_table', 'eval_closed_set', 'word_id',
+           'eval_closed_set_mlm', 'normalized_blocks', 'answer_in_blocks', 'dense_blocks', 'open_table',
+           'eval_open_set', 'greedy_fill', 'eval_open_set_mlm', 'bm25_answer', 'eval_bm25_only', 'document_names',
+           'translation_parts', 'translation_query', 'translation_name_choice', 'plot_group_em', 'confusion',
            'plot_confusion']
 
 # %% ../../nbs/14_evaluation.ipynb #24fdc084
@@ -849,9 +850,16 @@ def eval_bm25_only(task, # an open-set task name or Task
                        restrict_k=restrict_k, retrieval=f'bm25 top-{restrict_k} blocks')
 
 # %% ../../nbs/14_evaluation.ipynb #c549ca10
-_TRANSLATION_QUERY = re.compile('^' + re.escape(TRANSLATION_TEMPLATE)  # the task's own template
-                                .replace(re.escape('{language}'), '(?P<language>.+)')
-                                .replace(re.escape('{s}'), '(?P<subject>.+)') + '$')
+# the forms of a translation query: the task's own (the paper's), and one that states the asked name as the corpus does
+TRANSLATION_FORMS = {'paper': TRANSLATION_TEMPLATE, 'mirror': '{s} ({language}: [MASK]).'}
+
+def _form_regex(form: str):
+    "A pattern that reads `subject` and `language` back out of a query of `form`."
+    return re.compile('^' + re.escape(form).replace(re.escape('{language}'), '(?P<language>[^:;()]+?)')
+                      .replace(re.escape('{s}'), '(?P<subject>.+)') + '$')
+
+_TRANSLATION_QUERY = _form_regex(TRANSLATION_TEMPLATE)   # the task's own template
+_FORM_QUERIES = [_form_regex(f) for f in TRANSLATION_FORMS.values()]
 
 def document_names(text: str, # a document of the translation corpus: "<title> (<Language>: <name>; ...) is ..."
                    title: str, # its title (the English name it starts with)
@@ -866,12 +874,28 @@ def document_names(text: str, # a document of the translation corpus: "<title> (
         pos += len(part) + 2
     return out
 
+# %% ../../nbs/14_evaluation.ipynb #e02b4d91
+def translation_parts(q: str) -> dict | None:
+    "`{'subject', 'language'}` of a translation query in any of `TRANSLATION_FORMS`, or None."
+    m = next((m for r in _FORM_QUERIES if (m := r.match(q))), None)
+    return m.groupdict() if m else None
+
+def translation_query(q: str, # a query of the translation task (any form)
+                      form: str = 'paper', # a key of `TRANSLATION_FORMS`
+                     ) -> str:
+    "The same question in `form`: 'paper' (the task's template) or 'mirror' (as the corpus states names)."
+    if form not in TRANSLATION_FORMS:
+        raise ValueError(f"query form {form!r}: use one of {', '.join(TRANSLATION_FORMS)} (paper: the task's own)")
+    p = translation_parts(q)
+    if p is None: raise ValueError(f"{q!r} is not a translation query (e.g. {TRANSLATION_TEMPLATE!r})")
+    return TRANSLATION_FORMS[form].format(s=p['subject'], language=p['language'])
+
 # %% ../../nbs/14_evaluation.ipynb #6184cf6c
 def _name_choice(ds, tt, doc_of, stored, # the store, its token table, title -> document, rows with a vector
                  q, q_start, q_end, # one query and its two vectors [h]
                 ) -> dict:
     "One query's record: the names in its subject's document, the asked name's rank, the name scored first."
-    m, rec = _TRANSLATION_QUERY.match(q), dict(n_names=0, rank=np.nan, picked='', top1=False, scored=False)
+    m, rec = translation_parts(q), dict(n_names=0, rank=np.nan, picked='', top1=False, scored=False)
     d = doc_of.get(m['subject']) if m else None
     if d is not None:
         toks = np.flatnonzero((tt.doc == d) & stored)
