@@ -119,6 +119,19 @@ def test_scoring_grid_and_span_rules_on_dev_then_test_for_the_chosen_settings_on
     assert rules_test.exists() == ('/' in test.setting.iloc[-1])   # a rule pair is named span_rule/query_rule
 
 @needs_data
+def test_replug_prompts_chooses_each_systems_question_prompt_on_dev_then_reads_test(tmp_path, monkeypatch):
+    "The LM alone and REPLUG under every question form and label on dev (12b's setting first, paired against it), its figure, the choice, then test for 12b's setting and the chosen one only."
+    res = run('23_replug_prompts', tmp_path, monkeypatch)
+    dev = table(res, '23_replug_prompts_dev')
+    assert list(dev.system.unique()) == ['LM alone', 'REPLUG (k=3)'] and len(dev) == 2 * 3 * 2   # systems, forms, labels
+    first = dev.groupby('system').head(1)
+    assert (first.question_form == 'answer-is').all() and (first.label == 'keep').all() and (first['vs 12b (paired)'] == 0).all()
+    assert dev['macro EM'].between(0, 100).all() and dev['empty (%)'].between(0, 100).all()
+    assert (res/'figures'/'23_replug_prompts_dev.png').exists()
+    test = table(res, '23_replug_prompts_test')
+    assert set(test.system) == set(dev.system) and all(1 <= n <= 2 for n in test.groupby('system').size())
+
+@needs_data
 def test_recipe_sweep_keeps_rows_stops_an_incomplete_grid_and_reuses_rows(tmp_path, monkeypatch):
     "The sweep at one step a recipe: rows kept per recipe, an incomplete grid stops before test, a later run reads the rows and reads test."
     from dataclasses import fields

@@ -4,14 +4,15 @@
 
 # %% ../../nbs/17_replug_evaluation.ipynb #cc6a0917
 from __future__ import annotations
-import time
+import re, time
 import numpy as np, pandas as pd, torch
 from ..data.tasks import MASK, make_query
 from ..npm.evaluation import task_rows, closed_table, open_table, chunks
 from .replug import REPLUG
 
 # %% auto #0
-__all__ = ['STOP', 'prefix', 'eval_closed_set_replug', 'eval_open_set_replug']
+__all__ = ['STOP', 'QUESTION_FORMS', 'FEWSHOT', 'prefix', 'eval_closed_set_replug', 'open_prompt', 'strip_label',
+           'eval_open_set_replug']
 
 # %% ../../nbs/17_replug_evaluation.ipynb #9add5865
 def prefix(query: str, # a query with one [MASK]
@@ -55,21 +56,45 @@ def eval_closed_set_replug(model: REPLUG, # `REPLUG(lm, retriever, index, k)`, o
 
 # %% ../../nbs/17_replug_evaluation.ipynb #caeb463e
 STOP = ('\n', '.', ',', ';', '?', '!', '(')
+# how a question is put to a left-to-right LM: the task's text before the mask ("... The answer is:"), or a
+# question-answer frame ("Question: ...?" then "Answer:" on the next line); a cloze query keeps its text before the mask
+QUESTION_FORMS = ('answer-is', 'qa', 'fewshot')
+# 'fewshot': the 'qa' frame after two solved questions (evaluations leave out examples about these subjects)
+FEWSHOT = (('What is the capital of France?', 'Paris', 'France'), ('What is the currency of Japan?', 'yen', 'Japan'))
+
+def open_prompt(query: str, # a query with one [MASK]
+                is_question: bool = False, # the task asks it as a question
+                form: str = 'answer-is', # one of QUESTION_FORMS
+               ) -> str:
+    "The LM's prompt for an open-set query: the text before the mask, or a question in the 'qa' frame."
+    if form not in QUESTION_FORMS: raise ValueError(f"question form {form!r}: use one of {QUESTION_FORMS}")
+    if not is_question or form == 'answer-is' or '?' not in query: return prefix(query)
+    shots = ''.join(f"Question: {q}\nAnswer: {a}\n\n" for q, a, _ in FEWSHOT) if form == 'fewshot' else ''
+    return f"{shots}Question: {query[:query.index('?') + 1].strip()}\nAnswer:"
+
+def strip_label(answer: str) -> str:
+    "An answer without a leading 'A:' or 'Answer:' label (what an instruct LM often writes first)."
+    return re.sub(r'^\s*(?:A|Answer)\s*:\s*', '', answer)
 
 def eval_open_set_replug(model: REPLUG, task, # an open-set (or temporal) task name or Task
                          n: int | None = None, rows=None, answers: str = 'answers', by: str | None = None,
                          max_new_tokens: int = 10, # longest answer in LM tokens
                          stop=STOP, # strings that end an answer
                          batch_size: int = 8, # queries decoded together (each with its k documents)
+                         question_form: str = 'answer-is', # how questions are prompted (`QUESTION_FORMS`)
+                         label: str = 'keep', # 'strip': drop a leading 'A:' / 'Answer:' from the answer
                         ) -> tuple:
     "Exact match of the (retrieval-augmented) LM's greedy answer: `(per-example table, summary)`."
     t, df = task_rows(task, rows, n)
-    prompts = [prefix(q) for q in df['query']]
+    if label not in ('keep', 'strip'): raise ValueError(f"label={label!r}: use 'keep' or 'strip'")
+    qf = df['is_question'].astype(bool).tolist() if 'is_question' in df.columns else [False] * len(df)
+    prompts = [open_prompt(q, f, question_form) for q, f in zip(df['query'], qf)]
     preds, tops = [], []
     t0 = time.perf_counter()
     for _, ch in chunks(prompts, batch_size):
         hits = model.retrieve(ch)
-        preds += model.generate(ch, max_new_tokens=max_new_tokens, stop=stop, hits=hits)
+        out = model.generate(ch, max_new_tokens=max_new_tokens, stop=stop, hits=hits)
+        preds += [strip_label(p) for p in out] if label == 'strip' else out
         tops += [h.texts[0] if h.texts else '' for h in hits]
     seconds = time.perf_counter() - t0
     extra = {'title': [x.split('\n', 1)[0] if x else None for x in tops], 'snippet': [x[:200] for x in tops]}
