@@ -14,7 +14,7 @@ from ..data.tasks import (normalize_answer, get_task, make_query, with_mask, sub
 from ..data.fetch import raw_file
 from .datastore import STOPWORDS, derived
 from .inference import (BM25Retriever, block_texts, bm25_query, check_bm25, check_inputs, neighbours,
-                                  predict_phrases, similarity, token_distribution, token_table, query_words,
+                                  predict_phrases, similarity, token_distribution, token_table, excluded_words,
                                   check_search_args)
 from fastcore.basics import patch
 
@@ -673,7 +673,7 @@ def _dense_answers(model, ds, texts, # an `NPM`, its datastore and one batch of 
     for j in range(m):
         r = predict_phrases(ds, q[0][j], q[1][j], rw[j], sc[j], rw[m + j], sc[m + j], topn=topn, l_max=l_max,
                             temperature=temperature, alpha=alpha, fold_case=model.fold_case, device=model.device,
-                            span_rule=span_rule, exclude=query_words(texts[j]) if query_rule == 'drop' else frozenset())
+                            span_rule=span_rule, exclude=excluded_words(texts[j], query_rule))
         out.append([(p.text, p.score, p) for p in r])
         blocks.append(dense_blocks(ds, np.r_[rw[j], rw[m + j]], np.r_[sc[j], sc[m + j]], restrict_k))
     return out, blocks
@@ -858,7 +858,6 @@ def _form_regex(form: str):
     return re.compile('^' + re.escape(form).replace(re.escape('{language}'), '(?P<language>[^:;()]+?)')
                       .replace(re.escape('{s}'), '(?P<subject>.+)') + '$')
 
-_TRANSLATION_QUERY = _form_regex(TRANSLATION_TEMPLATE)   # the task's own template
 _FORM_QUERIES = [_form_regex(f) for f in TRANSLATION_FORMS.values()]
 
 def document_names(text: str, # a document of the translation corpus: "<title> (<Language>: <name>; ...) is ..."

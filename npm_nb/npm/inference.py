@@ -24,8 +24,8 @@ __all__ = ['MASK', 'AGGREGATIONS', 'SPAN_RULES', 'QUERY_RULES', 'RULE_PAIRS', 'S
            'check_query', 'query_ids', 'encode_queries', 'similarity', 'search_device', 'exact_searcher',
            'exact_search', 'rescore', 'neighbours', 'TokenTable', 'token_table', 'candidate_spans', 'span_probs',
            'phrase_texts', 'occurrence_scores', 'aggregate_phrases', 'is_marks', 'junk_tokens', 'span_allowed',
-           'query_words', 'query_only', 'rule_pair', 'Prediction', 'snippet', 'predict_phrases', 'WordTable',
-           'word_table', 'token_string_table', 'token_strings', 'token_distribution', 'neighbour_word_ids',
+           'query_words', 'excluded_words', 'query_only', 'rule_pair', 'Prediction', 'snippet', 'predict_phrases',
+           'WordTable', 'word_table', 'token_string_table', 'token_strings', 'token_distribution', 'neighbour_word_ids',
            'neighbour_words', 'label_mass', 'label_probs', 'bm25_query', 'block_texts', 'check_bm25', 'bm25_stemmer',
            'BM25Retriever', 'block_rows', 'is_uncased', 'NPM', 'check_search_args', 'as_queries', 'check_verbalizers',
            'check_inputs', 'drawable', 'block_span_probs', 'plot_span_evidence']
@@ -375,6 +375,10 @@ QUERY_RULES = ('keep', 'drop')  # phrases made only of the query's words: kept (
 def query_words(query: str) -> frozenset:
     "The words of `query` as EM compares them (`normalize_answer`), its mask left out."
     return frozenset(normalize_answer(query.replace(MASK, ' ')).split())
+
+def excluded_words(query: str, query_rule: str = 'keep') -> frozenset:
+    "The words whose phrases `query_rule` drops for `query`: its own words with 'drop', none with 'keep'."
+    return query_words(query) if query_rule == 'drop' else frozenset()
 
 # %% ../../nbs/13_inference.ipynb #a796e4dd
 def query_only(texts, # candidate phrases
@@ -927,11 +931,11 @@ def predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
     qs, qe = self.encode_queries(texts, batch_size)
     kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case,
               device=self.device, agg=agg, w_start=w_start, span_rule=span_rule)
-    ex = lambda i: query_words(texts[i]) if query_rule == 'drop' else frozenset()
     if bm25 is None:  # one pass over the store for all start and end queries
         sc, rw = neighbours(ds, np.concatenate([qs, qe]), k, index, device=self.device)
         (s_s, s_r), (e_s, e_r) = (sc[:len(qs)], rw[:len(qs)]), (sc[len(qs):], rw[len(qs):])
-        return [predict_phrases(ds, qs[i], qe[i], s_r[i], s_s[i], e_r[i], e_s[i], exclude=ex(i), **kw)
+        return [predict_phrases(ds, qs[i], qe[i], s_r[i], s_s[i], e_r[i], e_s[i],
+                                exclude=excluded_words(texts[i], query_rule), **kw)
                 for i in range(len(texts))]
     rows = [np.sort(block_rows(ds, bm25.retrieve(bm25_query(t, question), restrict_k))) for t in texts]
     union = np.unique(np.concatenate(rows)) if any(len(r) for r in rows) else np.zeros(0, np.int64)
@@ -942,7 +946,8 @@ def predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
             out.append([])
             continue
         c = np.searchsorted(union, r)
-        out.append(predict_phrases(ds, qs[i], qe[i], r, sims[i, c], r, sims[len(qs) + i, c], exclude=ex(i), **kw))
+        out.append(predict_phrases(ds, qs[i], qe[i], r, sims[i, c], r, sims[len(qs) + i, c],
+                                   exclude=excluded_words(texts[i], query_rule), **kw))
     return out
 
 # %% ../../nbs/13_inference.ipynb #0403df87
