@@ -19,14 +19,16 @@ from ..npm.datastore import Datastore, store_fingerprint
 from ..npm.inference import NPM, BM25Retriever
 
 # %% auto #0
-__all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'PAPER_SCORING', 'DEFAULT_RULES', 'TEMPORAL', 'RUN_ONLY_FIELDS', 'trained_path',
-           'load_row_model', 'RowModels', 'store_key', 'drop_matches', 'reference_corpus', 'subject_documents',
-           'evaluated_texts', 'open_examples', 'open_selection', 'plain_blocks', 'store_path', 'reference_datastore',
-           'reference_bm25', 'setting_answers', 'keep_sections', 'open_set_answers', 'temporal_facts',
-           'sample_countries', 'temporal_selection', 'temporal_answers', 'setting_hits', 'dev_evaluation',
-           'stratum_weights', 'criterion', 'paired_difference', 'task_scores', 'training_fields', 'finished_run',
-           'training_minutes', 'choose_recipe', 'trained_steps', 'checkpoint_steps', 'elapsed', 'bf16_autocast',
-           'closed_set_corpora', 'closed_set_rows', 'profile_parameters']
+__all__ = ['MODEL_ROWS', 'OPEN_TASKS', 'PAPER_SCORING', 'DEFAULT_RULES', 'TEMPORAL', 'COUNTERFACTUAL_RELATIONS',
+           'FOLLOW_OUTCOMES', 'RUN_ONLY_FIELDS', 'trained_path', 'load_row_model', 'RowModels', 'store_key',
+           'drop_matches', 'reference_corpus', 'subject_documents', 'evaluated_texts', 'open_examples',
+           'open_selection', 'plain_blocks', 'store_path', 'reference_datastore', 'reference_bm25', 'setting_answers',
+           'keep_sections', 'open_set_answers', 'temporal_facts', 'sample_countries', 'temporal_selection',
+           'alias_pattern', 'edit_mentions', 'written_answer', 'counterfactual_facts', 'follow_outcomes',
+           'clustered_se', 'temporal_answers', 'setting_hits', 'dev_evaluation', 'stratum_weights', 'criterion',
+           'paired_difference', 'task_scores', 'training_fields', 'finished_run', 'training_minutes', 'choose_recipe',
+           'trained_steps', 'checkpoint_steps', 'elapsed', 'bf16_autocast', 'closed_set_corpora', 'closed_set_rows',
+           'profile_parameters']
 
 # %% ../../nbs/20_reference.ipynb #2c213e56
 MODEL_ROWS = {'npm': 'NPM (ours, trained)', 'single': 'NPM-single (ours, trained)',
@@ -491,6 +493,94 @@ def temporal_selection(year: str, # the Factbook edition: '2015' or '2025'
             f"{'' if split == 'test' else '-' + split}-"
             f"{'+'.join(sorted(sections)).replace(' ', '_') or 'whole'}-L{max_len}-nostop"
             + ('' if amp == 'none' else f'-{amp}'))
+
+# %% ../../nbs/20_reference.ipynb #434997a1
+COUNTERFACTUAL_RELATIONS = ('capital', 'currency', 'official_language')   # facts stated in the country's own document
+
+def alias_pattern(aliases) -> re.Pattern:
+    "One pattern for every mention of `aliases`: whole words, any case, the longest alias first."
+    alts = sorted({a.strip() for a in aliases if a and a.strip()}, key=lambda a: (-len(a), a))
+    if not alts: raise ValueError('alias_pattern needs at least one non-empty alias')
+    return re.compile(r'(?<!\w)(?:' + '|'.join(map(re.escape, alts)) + r')(?!\w)', re.IGNORECASE)
+
+def edit_mentions(text: str, old, # the aliases of the answer that goes
+                  new: str, # what each of its mentions becomes
+                 ) -> tuple:
+    "`(edited text, mentions replaced)`: each mention of an alias of `old` (`alias_pattern`) replaced by `new`."
+    return alias_pattern(old).subn(lambda _: new, text)
+
+# %% ../../nbs/20_reference.ipynb #24cebab9
+def _overlap(a: str, b: str) -> bool:
+    "Whether one normalised phrase holds the other, as whole words."
+    na, nb = normalize_answer(a), normalize_answer(b)
+    return bool(na and nb) and (f' {na} ' in f' {nb} ' or f' {nb} ' in f' {na} ')
+
+def _clash(xs, ys) -> bool: return any(_overlap(x, y) for x in xs for y in ys)
+
+def _singular(s: str) -> str: return ' '.join(w[:-1] if w.endswith('s') else w for w in normalize_answer(s).split())
+
+def written_answer(aliases) -> list:
+    """The new answer as the edited document states it: its longest alias, written in place of every mention of the
+    old answer, then the aliases that name the same thing (one holds the other as whole words, a plural s aside);
+    the other aliases of a list are other entities (Spain's four official languages), which the document never names."""
+    w = max(aliases, key=len)
+    return [w] + [a for a in aliases if a != w and _overlap(_singular(a), _singular(w))]
+
+def _edit_all(facts: pd.DataFrame, docs: dict) -> dict:
+    "Subject → its document with each of its facts' answers replaced by the longest alias of the fact's new answer."
+    out = {}
+    for s, g in facts.groupby('subject', sort=False):
+        t = docs[s]
+        for a, b in zip(g.answers, g.answers_new): t = edit_mentions(t, list(a), b[0])[0]
+        out[s] = t
+    return out
+
+def counterfactual_facts(facts: pd.DataFrame, # columns relation, subject, answers (the gold aliases)
+                         docs: dict, # subject → the text of its document
+                         seed: int = 0,
+                         relations=COUNTERFACTUAL_RELATIONS,
+                        ) -> tuple:
+    """`(facts, edited)`: the usable facts with `answers_new` (another fact's answer of the same relation, as
+    `written_answer` gives it) and `edited`, subject → its document with every mention of each kept fact's answer
+    replaced by its new answer."""
+    rng = np.random.default_rng(seed)
+    df = facts[facts.relation.isin(relations) & facts.subject.isin(docs)].copy()
+    df['answers'] = [list(a) for a in df.answers]
+    df = df[[bool(alias_pattern(a).search(docs[s])) and not _clash(a, [s]) for s, a in zip(df.subject, df.answers)]]
+    new = []
+    for s, rel, a in zip(df.subject, df.relation, df.answers):
+        pool = df.answers[df.relation == rel].tolist()
+        ok = (b for b in (pool[j] for j in rng.permutation(len(pool)))
+              if not _clash(b, a) and not _clash(b, [s]) and not alias_pattern(b).search(docs[s]))
+        b = next(ok, None)
+        new.append(None if b is None else written_answer(b))
+    df['answers_new'] = new
+    df = df[df.answers_new.notna()]
+    while True:   # a fact whose edit another edit of its document undoes goes, and the document is edited again
+        edited = _edit_all(df, docs)
+        keep = [not alias_pattern(a).search(edited[s]) and bool(alias_pattern(b).search(edited[s]))
+                for s, a, b in zip(df.subject, df.answers, df.answers_new)]
+        if all(keep): return df.reset_index(drop=True), edited
+        df = df[keep]
+
+# %% ../../nbs/20_reference.ipynb #32bad036
+FOLLOW_OUTCOMES = ('follows', 'stays', 'neither')
+
+def follow_outcomes(preds, # one answer per fact (None or '' for no answer)
+                    old, new, # per fact: the original answer's aliases and the edited corpus's
+                   ) -> np.ndarray:
+    "Per fact: 'follows' (the answer is the edited corpus's), 'stays' (the original answer) or 'neither'."
+    return np.array([FOLLOW_OUTCOMES[0] if p and exact_match(p, n) else FOLLOW_OUTCOMES[1] if p and exact_match(p, o)
+                     else FOLLOW_OUTCOMES[2] for p, o, n in zip(preds, old, new)])
+
+def clustered_se(x, # per-example scores
+                 clusters, # per-example cluster labels (e.g. the country whose document states the fact)
+                ) -> tuple:
+    "`(mean, SE)`, the SE robust to correlation within clusters (one cluster per example: the usual SE of a mean)."
+    x = np.asarray(x, dtype=float)
+    d = pd.Series(x - x.mean()).groupby(np.asarray(clusters)).sum().to_numpy()
+    if len(d) < 2: return float(x.mean()), float('nan')
+    return float(x.mean()), float(np.sqrt(len(d) / (len(d) - 1) * (d ** 2).sum()) / len(x))
 
 # %% ../../nbs/20_reference.ipynb #4c5dd063
 def temporal_answers(npm: NPM, profile: str, split: str = 'dev', settings=(PAPER_SCORING,),
