@@ -115,7 +115,6 @@ DERIVED = {
     '−3.3 ± 2.3': cloze_npm_minus_replug,                     # 14_systems_open_set_pairs: lama_geo, wordnet, commonsense rows
     '+23.9 ± 5.1': sweep_paired('C2k', 'C1k', {'temporal unchanged'}),   # results/sweep/sweep/C2k.json, C1k.json
     '−0.1 ± 1.3': sweep_paired('C2k', 'C1k', OPEN),           # the same, open-set tasks only
-    '−1.8 ± 1.2': sweep_paired('C3k', 'C2k', OPEN),           # results/sweep/sweep/C3k.json, C2k.json, open set
     '−1.0 ± 1.1': sweep_paired('P16', 'C1k'),                 # results/sweep/sweep/P16.json, C1k.json
     '−3.7 ± 1.0': sweep_paired('X8', 'P16'),                  # results/sweep/sweep/X8.json, P16.json
     '±7': twice(3.29),                                        # 2 × the SE of 06_temporal's unchanged 30.7 → 35.8 (+5.19 ± 3.29)

@@ -132,6 +132,17 @@ def test_replug_prompts_chooses_each_systems_question_prompt_on_dev_then_reads_t
     assert set(test.system) == set(dev.system) and all(1 <= n <= 2 for n in test.groupby('system').size())
 
 @needs_data
+def test_replug_retrieval_chooses_k_and_passage_length_on_dev_then_reads_test(tmp_path, monkeypatch):
+    "REPLUG at every (k, passage length) on dev, 12b's first and paired against it, the choice, then test for 12b's and the chosen."
+    res = run('24_replug_retrieval', tmp_path, monkeypatch, ks='1,3', chunk_sizes='64,32')
+    dev = table(res, '24_replug_retrieval_dev')
+    assert list(zip(dev.k, dev.chunk_tokens)) == [(1, 64), (1, 32), (3, 64), (3, 32)] and dev['vs 12b (paired)'].iloc[0] == 0
+    assert dev.criterion.between(0, 100).all() and (dev['s / example'] > 0).all() and (dev.n == dev.n.iloc[0]).all()
+    assert (res/'figures'/'24_replug_retrieval_dev.png').exists()
+    test = table(res, '24_replug_retrieval_test')
+    assert 1 <= len(test) <= 2 and (test.k.iloc[0], test.chunk_tokens.iloc[0]) == (1, 64)
+
+@needs_data
 def test_recipe_sweep_keeps_rows_stops_an_incomplete_grid_and_reuses_rows(tmp_path, monkeypatch):
     "The sweep at one step a recipe: rows kept per recipe, an incomplete grid stops before test, a later run reads the rows and reads test."
     from dataclasses import fields
