@@ -6,12 +6,12 @@
 from __future__ import annotations
 import re, time
 import numpy as np, pandas as pd, torch
-from ..data.tasks import MASK, make_query
+from ..data.tasks import MASK, make_query, normalize_answer
 from ..npm.evaluation import task_rows, closed_table, open_table, chunks
 from .replug import REPLUG
 
 # %% auto #0
-__all__ = ['STOP', 'QUESTION_FORMS', 'FEWSHOT', 'prefix', 'eval_closed_set_replug', 'open_prompt', 'strip_label',
+__all__ = ['STOP', 'QUESTION_FORMS', 'FEWSHOT', 'prefix', 'eval_closed_set_replug', 'open_prompt', 'strip_label', 'contains_gold',
            'eval_open_set_replug']
 
 # %% ../../nbs/17_replug_evaluation.ipynb #9add5865
@@ -75,6 +75,11 @@ def open_prompt(query: str, # a query with one [MASK]
 def strip_label(answer: str) -> str:
     "An answer without a leading 'A:' or 'Answer:' label (what an instruct LM often writes first)."
     return re.sub(r'^\s*(?:A|Answer)\s*:\s*', '', answer)
+
+def contains_gold(answer: str, golds) -> bool:
+    "A gold answer occurs in the answer as whole normalised words (a diagnostic beside EM: 'the city of Plymouth')."
+    a = f' {normalize_answer(answer or "")} '
+    return bool(a.strip()) and any(f' {normalize_answer(g)} ' in a for g in golds if normalize_answer(g))
 
 def eval_open_set_replug(model: REPLUG, task, # an open-set (or temporal) task name or Task
                          n: int | None = None, rows=None, answers: str = 'answers', by: str | None = None,
