@@ -81,8 +81,9 @@ def test_recall_interval_is_the_normal_interval_over_queries():
     assert recall_interval(exact, exact, 10) == (1.0, 1.0, 1.0)      # every query perfect: no spread
 
 # finding 4a: the experiments search at k = 1024; at that k on a small store the search must stay exact on every
-# path: the default (fp32 when the shortlist k + 3k is over N/256), the streamed bf16 shortlist forced below that
-# ratio, and fp32 asked for; with many ties (small integers: rows must equal the stable brute force's) and without
+# path: the default (fp32 when the shortlist k + 3k is over N/256), the streamed fp32 shortlist (forced below its
+# N/16 cap), the streamed bf16 shortlist forced below its ratio, and fp32 asked for; with many ties (small integers:
+# rows must equal the stable brute force's) and without
 @pytest.mark.parametrize('ties', [True, False])
 def test_exact_search_at_the_experiments_k_matches_brute_force(ties, monkeypatch):
     rng = np.random.default_rng(3)
@@ -97,6 +98,11 @@ def test_exact_search_at_the_experiments_k_matches_brute_force(ties, monkeypatch
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')  # bf16 on a CPU that emulates it: slow, still exact
         for precision in ('fp32', 'bf16'): check(*ExactSearch(V, precision=precision).search(Q, k))
+        monkeypatch.setattr(search, 'FP32_MAX_SHORTLIST', 4)          # fp32_shortlist·4 <= N: the fp32 stream runs
+        for precision in ('fp32', 'bf16'):                            # (bf16: its shortlist is too long, fp32 copy)
+            es = ExactSearch(V, precision=precision)
+            check(*es.search(Q, k))
+            assert es.stats['certified'] + es.stats['fp32'] == len(Q) and es.stats['certified'] > 0, es.stats
         monkeypatch.setattr(search, 'BF16_MAX_SHORTLIST', 4)          # 4k·4 <= N: the streamed bf16 shortlist runs
         es = ExactSearch(V, precision='bf16')
         check(*es.search(Q, k))

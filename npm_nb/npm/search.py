@@ -10,8 +10,9 @@ import torch
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SAMPLE_STRIDE', 'BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'CHUNK_ROWS', 'GROUP', 'set_threads',
-           'available_memory', 'order_topk', 'merge_topk', 'ExactSearch', 'bf16_error_bound', 'matmul_rate']
+__all__ = ['SAMPLE_STRIDE', 'BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'FP32_MAX_SHORTLIST', 'CHUNK_ROWS', 'GROUP',
+           'set_threads', 'available_memory', 'order_topk', 'merge_topk', 'ExactSearch', 'bf16_error_bound',
+           'fp32_shortlist', 'matmul_rate']
 
 # %% ../../nbs/11_search.ipynb #bbd6e764
 def set_threads(threads: int = 0, # CPU threads for torch; 0: every core this process may run on
@@ -136,7 +137,7 @@ class ExactSearch:
             )
         # the resident copy's type
         self.dtype = torch.float16 if gpu else torch.bfloat16 if self.precision == 'bf16' else torch.float32
-        self._norm_cap, self.stats = None, {}
+        self._norm_cap, self.stats, self._samples = None, {}, {}
         self.query_batch, self.chunk, self.margin = query_batch or (2048 if gpu else 1024), chunk, margin
         if resident is None:
             free = memory if memory is not None else (available_memory(self.device) or 0) // 2
@@ -339,6 +340,15 @@ def _rows_of(self: ExactSearch, a: int, b: int, dtype):
 # bf16 only while the shortlist k + margin is at most N / this: past it, screening and rescoring (which grow with k)
 # cost about what bf16 saves (measured above)
 BF16_MAX_SHORTLIST = 256
+# fp32, resident: the streamed shortlist while it is at most N / this (the sample's size); past it, the one product
+FP32_MAX_SHORTLIST = 16
+
+def fp32_shortlist(k: int, # neighbours a query
+                   n: int, # stored rows
+                  ) -> int:
+    "`K` of the streamed fp32 shortlist: the sample's `r`-th best score leaves about `16r ± 16√r` rows above it."
+    r = math.ceil(k / SAMPLE_STRIDE + 3 * math.sqrt(k / SAMPLE_STRIDE)) + 1   # k above it but for ~1 query in 700
+    return min(n, SAMPLE_STRIDE * r)
 
 # %% ../../nbs/11_search.ipynb #0740de8d
 @patch
@@ -414,22 +424,23 @@ def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
     st = dict(queries=0, certified=0, widened=0, fp32=0)
     for b in range(0, len(q), self.query_batch):
         qb = torch.from_numpy(q[b:b + self.query_batch])
-        K = min(self.n, k + (self.margin if self.margin is not None else 3 * k))
-        if (self.precision == 'bf16' and K * BF16_MAX_SHORTLIST > self.n and self.X is not None
-                and getattr(self, '_X32', None) is None):
+        K = min(self.n, k + (self.margin if self.margin is not None else 3 * k))   # the bf16 shortlist
+        long_ = self.precision == 'bf16' and K * BF16_MAX_SHORTLIST > self.n         # too long: fp32 instead
+        if long_ and self.X is not None and getattr(self, '_X32', None) is None:
             # a long shortlist: the fp32 product is faster; keep an fp32 copy if it fits
             free = (available_memory('cpu') or 0) // 2
             if 4 * self.n * self.d <= free:
                 self._X32 = _tensor(np.asarray(self.vectors)).float()
-        if (self.precision == 'fp32' and self.X is not None and self.X.dtype == torch.float32
-                and K * BF16_MAX_SHORTLIST <= self.n):
-            s, r, ok = _fp32_streamed(self, qb, k, K)  # resident fp32: streamed per core as bf16 below
+        X32 = self.X if self.X is not None and self.X.dtype == torch.float32 else getattr(self, '_X32', None)
+        K32 = fp32_shortlist(k, self.n) if self.margin is None else min(self.n, k + self.margin)
+        if (self.precision == 'fp32' or long_) and X32 is not None and K32 * FP32_MAX_SHORTLIST <= self.n:
+            s, r, ok = _fp32_streamed(self, qb, k, K32, X32)  # resident fp32: streamed per core as bf16 below
             st['certified'] += int(ok.sum())
             todo = (~ok).nonzero()[:, 0]
             if len(todo):
                 s[todo], r[todo] = order_topk(*self._dense_top(qb[todo], k), k)
                 st['fp32'] += len(todo)
-        elif self.precision == 'fp32' or K * BF16_MAX_SHORTLIST > self.n:
+        elif self.precision == 'fp32' or long_:
             s, r = order_topk(*self._dense_top(qb, k), k)
         else: s, r = _bf16_top(self, qb, k, K, st)
         st['queries'] += len(qb)
@@ -501,12 +512,13 @@ def _stream_top(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 resident co
                 K: int | None, # when more than 4K gather for a query, keep its best K (None: keep all)
                 k: int = 1, # ... but let the threshold rise no higher than the k-th best so far less `gap`
                 gap=None, # `[Q, 1]` fp32 (default 0)
+                X=None, # the resident matrix walked (default `self.X`; an fp32 copy beside a bf16 one)
                ):
     "One worker: bf16 products over rows `a0:b0`, by chunks; the rows above the thresholds (flat), the last thresholds."
-    C, Q = int(self.chunk) if self.chunk else CHUNK_ROWS, len(qb)
+    C, Q, X = int(self.chunk) if self.chunk else CHUNK_ROWS, len(qb), self.X if X is None else X
     qs, vs, rs, cnt = [], [], [], torch.zeros(Q, dtype=torch.int64)
     for a in range(a0, b0, C):
-        qi, v, r = _above_flat(qb @ self.X[a:min(b0, a + C)].T, thr, a)
+        qi, v, r = _above_flat(qb @ X[a:min(b0, a + C)].T, thr, a)
         if not len(qi): continue
         qs.append(qi)
         vs.append(v)
@@ -535,14 +547,16 @@ def _bf16_shortlist(
     thr=None,  # or given thresholds `[Q, 1]` (bf16): every row above them, none dropped
     k: int = 1,
     gap=None,  # thresholds stay below the k-th best bf16 score less `gap` `[Q]` (the sample's estimate at first)
+    X=None,  # the resident matrix (default `self.X`; `self._X32`, the fp32 copy beside a bf16 one, in row order)
 ):
     "Per query the rows above a threshold `t` (about the best `K`; padding: row -1), their bf16 scores, and `t` `[Q]`."
-    perm, first, a0 = getattr(self, '_perm', None), [], 0
+    X = self.X if X is None else X
+    perm, first, a0 = getattr(self, '_perm', None) if X is self.X else None, [], 0
     if thr is None:
         ns = -(-self.n // SAMPLE_STRIDE)
-        if getattr(self, '_sample', None) is None:  # a bf16 copy holds the sample first: a view, else a copy
-            self._sample = self.X[:ns] if perm is not None else self.X[::SAMPLE_STRIDE].contiguous()
-        s0 = qb @ self._sample.T
+        if X.dtype not in self._samples:  # a bf16 copy holds the sample first: a view, else a copy
+            self._samples[X.dtype] = X[:ns] if perm is not None else X[::SAMPLE_STRIDE].contiguous()
+        s0 = qb @ self._samples[X.dtype].T
         top = torch.topk(s0, max(1, min(s0.shape[1], -(-K // SAMPLE_STRIDE))), dim=1).values
         thr = top[:, -1:]
         if gap is not None:
@@ -556,7 +570,7 @@ def _bf16_shortlist(
     w = max(1, min(torch.get_num_threads(), (self.n - a0) // C))
     cuts = [a0 + (self.n - a0) * i // w // GROUP * GROUP for i in range(w)] + [self.n]  # equal shares, whole groups
     g = None if gap is None else gap[:, None].float()
-    outs = _on_cores(lambda i: _stream_top(self, qb, thr, cuts[i], cuts[i + 1], keep, k, g), w)
+    outs = _on_cores(lambda i: _stream_top(self, qb, thr, cuts[i], cuts[i + 1], keep, k, g, X), w)
     t = torch.stack([o[3][:, 0] for o in outs], 1).max(1).values.float()
     qi, v, r = (torch.cat([o[j] for o in first + outs]) for j in range(3))
     S, R, _ = _pack(
@@ -632,10 +646,10 @@ def _bf16_below(x):
     return v[:, None]
 
 # %% ../../nbs/11_search.ipynb #821735b1
-def _fp32_streamed(self, q, # fp32 queries `[Q, h]`, the store resident in fp32
-                   k: int, K: int):
+def _fp32_streamed(self, q, # fp32 queries `[Q, h]`, the store resident in fp32 (`X`, default `self.X`)
+                   k: int, K: int, X=None):
     "`(scores, rows, exact)`: the top-`k` of the streamed shortlist of fp32 products; exact where the k-th beats `t`."
-    S, R, t = _bf16_shortlist(self, q, K)
+    S, R, t = _bf16_shortlist(self, q, K, X=X)
     if S.shape[1] < k:
         return (
             torch.zeros((len(q), k)),
