@@ -168,3 +168,19 @@ def test_recipe_sweep_keeps_rows_stops_an_incomplete_grid_and_reuses_rows(tmp_pa
     assert (res2/'figures'/'22_recipe_sweep_dev.png').exists()
     test = table(res2, '22_recipe_sweep_test')
     assert 1 <= len(test) <= 2 and test.recipe.iloc[0].startswith('the cpu profile before the sweep: B1k') and test.criterion.between(0, 100).all()
+    # a second training seed (#49 item 5): its rows beside the first's, the first's untouched, test not read again, and
+    # the seeds table per recipe and seed with the spread between seeds
+    (tmp_path/'c').mkdir()
+    first = {r: (rows/f'{r}.json').read_bytes() for r in ('C1k', 'B1k')}
+    res3 = run('22_recipe_sweep', tmp_path/'c', monkeypatch, recipes='C1k,B1k', steps_scale=0.001, rows_dir=str(rows),
+               train_seed=1)
+    assert {r: (rows/f'{r}.json').read_bytes() for r in first} == first
+    s1 = json.loads((rows/'C1k.seed1.json').read_text())
+    assert s1['key']['train']['seed'] == 1 and s1['key']['evaluation'] == c1k['key']['evaluation']
+    assert not (res3/'tables'/'22_recipe_sweep_test.csv').exists()
+    seeds = table(res3, '22_recipe_sweep_seeds')
+    assert set(zip(seeds.recipe, seeds['training seed'].astype(str))) == {(r, s) for r in ('C1k', 'B1k') for s in ('0', '1', 'mean of 2')}
+    assert seeds['open-set criterion'].between(0, 100).all() and seeds['SD between seeds (open set)'].notna().sum() == 2
+    pairs = table(res3, '22_recipe_sweep_seed_pairs')
+    assert list(pairs.difference) == ['B1k - C1k'] and {'seed 0 (open set)', 'seed 1 (open set)'} <= set(pairs.columns)
+    assert (res3/'figures'/'22_recipe_sweep_seeds.png').exists()
