@@ -656,7 +656,8 @@ def _fp32_streamed(self, q, # fp32 queries `[Q, h]`, the store resident in fp32 
             torch.zeros((len(q), k), dtype=torch.int64),
             torch.zeros(len(q), dtype=torch.bool),
         )
-    s, r = order_topk(S, R, k)  # the scores are the fp32 ones: only the order to settle
+    # the scores are the fp32 ones: only the order to settle, of the best k (merge_topk: ties at the k-th, lower rows)
+    s, r = order_topk(*merge_topk(S[:, :0], R[:, :0], S, R, k), k)
     return s, r, s[:, -1] > t                                      # every row left out scores at most t
 
 # %% ../../nbs/11_search.ipynb #8330461c
