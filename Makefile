@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install chromium data model reproduce test sync-check lint book smoke clean-data explorer explorer-screenshot bundle bundle-test docs
+.PHONY: install chromium data model reproduce test sync-check lint book smoke explorer explorer-screenshot bundle bundle-test docs
 
 # torch comes first, as the build named by TORCH_VARIANT: `cpu` (default; torch==2.13.0 from plain PyPI is the CUDA 13
 # build, over 3 GB with its CUDA packages), a CUDA build of the PyTorch index (`cu126`, `cu128`, ...), or `pypi`

@@ -1,5 +1,6 @@
 """What the tests share: `raises`, the check that a call fails with a clear message (`from conftest import raises`)."""
-import os
+import os, shutil, tempfile
+from pathlib import Path
 import pytest
 
 
@@ -24,8 +25,30 @@ SHARED_CACHE = {'test_batch.py::test_smoke_batch', 'test_investigations.py', 'te
                 'test_notebooks.py::test_notebook[21_batch]', 'test_notebooks.py::test_notebook[23_explorer]'}
 
 
+# The chapters under test make their folders with `tempfile.mkdtemp()` (a reader's Run All keeps them to look at); a
+# test run would leave about 300 MB of them behind each time, until the disk is full. So the run gets one temporary
+# folder of its own (`TMPDIR`; the notebook kernels, subprocesses and xdist workers inherit it), removed at its end.
+MIN_FREE_GB = 3  # what a `make test` writes at most: the smoke profile's caches and the chapters' folders (about 1.5 GB)
+_OWN_TMP = None
+
+
+def _free_gb(path) -> float: return shutil.disk_usage(path).free / 2**30
+
+
 def pytest_configure(config):
-    "In an xdist worker: keep to this worker's share of the cores (worker i of n takes cores i, i + n, ...)."
+    """The run's own temporary folder (in the first process; xdist workers inherit it and make theirs inside), and a
+    clear stop when the disk is too full to run the suite. Then, in an xdist worker: keep to this worker's share of the
+    cores (worker i of n takes cores i, i + n, ...)."""
+    global _OWN_TMP
+    here = Path(__file__).resolve().parent.parent
+    for where in (here, tempfile.gettempdir()):
+        if (free := _free_gb(where)) < MIN_FREE_GB:
+            raise pytest.UsageError(
+                f"only {free:.1f} GB free on the disk of {where}; the tests need about {MIN_FREE_GB} GB "
+                f"(the smoke profile's caches under data/cache/ and the chapters' temporary folders). Free some space "
+                f"(old clones and their data/cache/, /tmp) or set TMPDIR to a disk with room.")
+    _OWN_TMP = tempfile.mkdtemp(prefix='npm-nb-tests-')
+    os.environ['TMPDIR'] = tempfile.tempdir = _OWN_TMP
     worker, n = os.environ.get('PYTEST_XDIST_WORKER'), int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
     if not worker or n < 2 or not hasattr(os, 'sched_setaffinity'): return
     cores = sorted(os.sched_getaffinity(0))
@@ -34,6 +57,11 @@ def pytest_configure(config):
     try: os.sched_setaffinity(0, mine)
     except OSError: return   # a sandbox that forbids it: the workers share every core
     os.environ['OMP_NUM_THREADS'] = str(len(mine))
+
+
+def pytest_unconfigure(config):
+    "Remove the run's temporary folder (and the chapters' folders in it)."
+    if _OWN_TMP: shutil.rmtree(_OWN_TMP, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
