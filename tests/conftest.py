@@ -28,7 +28,7 @@ SHARED_CACHE = {'test_batch.py::test_smoke_batch', 'test_investigations.py', 'te
 # The chapters under test make their folders with `tempfile.mkdtemp()` (a reader's Run All keeps them to look at); a
 # test run would leave about 300 MB of them behind each time, until the disk is full. So the run gets one temporary
 # folder of its own (`TMPDIR`; the notebook kernels, subprocesses and xdist workers inherit it), removed at its end.
-MIN_FREE_GB = 3  # what a `make test` writes at most: the smoke profile's caches and the chapters' folders (about 1.5 GB)
+MIN_FREE_GB = 3  # what the tests write: about 1.8 GB (smoke caches, chapter folders); a fresh clone peaks at 12.2 GB with data and venv
 _OWN_TMP = None
 
 
