@@ -21,9 +21,9 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['EVALUATIVE_HEADS', 'JUDGEMENT_EXTRA', 'TRANSLATION_FORMS', 'exact_match', 'group_em', 'macro_em', 'accuracy',
            'majority_baseline', 'roc_auc', 'auc_se', 'label_scores', 'macro_auc', 'prior_corrected',
-           'closed_predictions', 'grouped_mean', 'paired_difference', 'mean_se', 'gap_text', 'vader_lexicon',
-           'wordnet_lemmas', 'sentiment_words', 'WordNet', 'load_wordnet', 'judgement_words', 'token_pieces',
-           'is_single_token', 'check_verbalizer', 'single_token_words', 'balance', 'plain_verbalizer',
+           'closed_predictions', 'grouped_mean', 'paired_difference', 'mean_se', 'macro_mean', 'gap_text',
+           'vader_lexicon', 'wordnet_lemmas', 'sentiment_words', 'WordNet', 'load_wordnet', 'judgement_words',
+           'token_pieces', 'is_single_token', 'check_verbalizer', 'single_token_words', 'balance', 'plain_verbalizer',
            'fuzzy_candidates', 'fuzzy_verbalizer', 'task_rows', 'chunks', 'closed_table', 'eval_closed_set', 'word_id',
            'eval_closed_set_mlm', 'normalized_blocks', 'answer_in_blocks', 'dense_blocks', 'open_table',
            'eval_open_set', 'greedy_fill', 'eval_open_set_mlm', 'bm25_answer', 'eval_bm25_only', 'document_names',
@@ -183,6 +183,30 @@ def mean_se(gaps, ses) -> tuple:
     "`(mean gap, its standard error)` over independent per-task gaps."
     g, s = np.asarray(gaps, float), np.asarray(ses, float)
     return float(g.mean()), float(np.sqrt((s**2).sum()) / len(s))
+
+# %% ../../nbs/14_evaluation.ipynb #bd1a20dc
+def macro_mean(x, # per-example scores (hits, or the paired differences a − b of two systems)
+               tasks=None, # per-example task: the tasks are averaged with equal weight (None: one task)
+               groups=None, # per-example group within its task (answer-length bucket): a task is its groups' mean
+               clusters=None, # per-example cluster, e.g. the fact asked (None: every example its own)
+              ) -> tuple:
+    "`(mean over tasks of the mean over groups, its SE)`; the SE lets the examples of one cluster move together."
+    x = np.asarray(x, float)
+    n = len(x)
+    for name, v in (('task', tasks), ('group', groups), ('cluster', clusters)):
+        if v is not None and len(v) != n:
+            raise ValueError(f"{len(v)} {name} labels for {n} scores: give one per score")
+    if not n: return float('nan'), float('nan')
+    df = pd.DataFrame({'x': x, 't': 0 if tasks is None else list(tasks), 'g': 0 if groups is None else list(groups),
+                       'c': np.arange(n) if clusters is None else list(clusters)})
+    by = df.groupby(['t', 'g'], sort=False).x
+    size, mean = by.transform('size'), by.transform('mean')
+    n_groups = df.groupby('t', sort=False).g.transform('nunique')
+    w = 1 / (df.t.nunique() * n_groups * size)
+    est = float((w * df.x).sum())
+    if (size < 2).any(): return est, float('nan')  # a group of one example: no spread to measure (as `grouped_mean`)
+    e = (df.x - mean) * np.sqrt(size / (size - 1))
+    return est, float(np.sqrt(((w * e).groupby(df.c, sort=False).sum() ** 2).sum()))
 
 # %% ../../nbs/14_evaluation.ipynb #caa072b9
 def gap_text(a: str, b: str, # what is compared: "a − b"
