@@ -1,4 +1,4 @@
-"""Every number with ± that the findings quote (results/findings.md, README.md's Results section) is read from a
+"""Every number with ± that the findings quote (results/findings.md and history.md, README.md's Results section) is read from a
 committed table: results/tables, results/benchmarks, a run's tables or its NOTE. A value and its SE count as found when a
 table holds them side by side (two adjacent cells, or "a ± b" in its text) at the quoted precision; the sign is not
 compared, since a sentence says "REPLUG leads by 17.5" where the table has NPM − REPLUG = −17.5. Numbers the page
@@ -20,9 +20,9 @@ def decimals(s: str) -> int: return len(s.split('.')[1]) if '.' in s else 0
 def rounds_to(quoted: str, x: float) -> bool: return abs(value(quoted) - abs(x)) <= 0.5 * 10 ** -decimals(quoted) + 1e-9
 
 def texts() -> dict:
-    "The quoting texts: the findings, and README.md's Results section."
+    "The quoting texts: the findings, the settings chosen on dev (results/history.md), and README.md's Results section."
     readme = (ROOT/'README.md').read_text()
-    return {'results/findings.md': (RES/'findings.md').read_text(),
+    return {'results/findings.md': (RES/'findings.md').read_text(), 'results/history.md': (RES/'history.md').read_text(),
             "README.md's Results": readme.split('\n## Results', 1)[1].split('\n## ', 1)[0]}
 
 def sentence(text: str, i: int) -> str:

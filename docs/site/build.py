@@ -189,7 +189,8 @@ def api_page(m: str, chapter: tuple[str, str] | None = None) -> str:
 # Markdown files of the repository that are pages of the site, at the same path under OUT/src as in the repository
 # (nbs/ is the site's root): the docs, the README, the results page with its findings, tables, benchmarks and the
 # notes of the runs it cites. Figures of the results are copied beside their tables.
-DOC_PAGES = ['README.md', 'docs/*.md', 'results/README.md', 'results/findings.md', 'results/tables/*.md',
+DOC_PAGES = ['README.md', 'docs/*.md', 'results/README.md', 'results/findings.md', 'results/history.md',
+             'results/tables/*.md',
              'results/benchmarks/*.md', 'results/runs/README.md', 'results/runs/*/*/README.md', 'results/runs/*/*/NOTE.md']
 DOC_FILES = ['results/figures/*.png']
 
