@@ -921,9 +921,14 @@ def predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
                   w_start: float = 0.5, # weight of P_start (0.5: the paper's P_start + P_end; 1: starts only)
                   span_rule: str = 'content', # which phrases may be answers (see `span_allowed`)
                   query_rule: str = 'keep', # 'drop': no answer made only of the query's words (see `query_only`)
+                  fallback: str = 'dense', # a query none of whose words is in the store (BM25 finds no block):
+                                           # 'dense' searches the whole store for it, 'none' answers nothing
                  ) -> list[list[Prediction]]:
     "Top-n phrases with provenance for each query."
     if self.mode != 'npm': raise ValueError("phrase prediction needs mode='npm'; for NPM-single use predict_single")
+    if fallback not in ('dense', 'none'):
+        raise ValueError(f"fallback={fallback!r}: use 'dense' (search the whole store when BM25 finds no block) or "
+                         "'none' (no answer then)")
     texts = as_queries(texts)
     check_search_args(k, topn, l_max, temperature, alpha, restrict_k, agg, w_start, span_rule, query_rule)
     check_inputs(self, ds, index, bm25)
@@ -931,19 +936,24 @@ def predict_batch(self: NPM, texts: list, # queries, each with one [MASK]
     qs, qe = self.encode_queries(texts, batch_size)
     kw = dict(topn=topn, l_max=l_max, temperature=temperature, alpha=alpha, fold_case=self.fold_case,
               device=self.device, agg=agg, w_start=w_start, span_rule=span_rule)
-    if bm25 is None:  # one pass over the store for all start and end queries
-        sc, rw = neighbours(ds, np.concatenate([qs, qe]), k, index, device=self.device)
-        (s_s, s_r), (e_s, e_r) = (sc[:len(qs)], rw[:len(qs)]), (sc[len(qs):], rw[len(qs):])
-        return [predict_phrases(ds, qs[i], qe[i], s_r[i], s_s[i], e_r[i], e_s[i],
-                                exclude=excluded_words(texts[i], query_rule), **kw)
-                for i in range(len(texts))]
+
+    def dense(ii):  # one pass over the store for the start and end queries of these texts
+        if not ii: return {}
+        sc, rw = neighbours(ds, np.concatenate([qs[ii], qe[ii]]), k, index, device=self.device)
+        m = len(ii)
+        return {i: predict_phrases(ds, qs[i], qe[i], rw[j], sc[j], rw[m + j], sc[m + j],
+                                   exclude=excluded_words(texts[i], query_rule), **kw) for j, i in enumerate(ii)}
+    if bm25 is None:
+        found = dense(list(range(len(texts))))
+        return [found[i] for i in range(len(texts))]
     rows = [np.sort(block_rows(ds, bm25.retrieve(bm25_query(t, question), restrict_k))) for t in texts]
+    found = dense([i for i, r in enumerate(rows) if not len(r)]) if fallback == 'dense' else {}
     union = np.unique(np.concatenate(rows)) if any(len(r) for r in rows) else np.zeros(0, np.int64)
     sims = similarity(np.concatenate([qs, qe]), ds.vectors[union])   # one product for every query's blocks
     out = []
     for i, r in enumerate(rows):
         if not len(r):
-            out.append([])
+            out.append(found.get(i, []))
             continue
         c = np.searchsorted(union, r)
         out.append(predict_phrases(ds, qs[i], qe[i], r, sims[i, c], r, sims[len(qs) + i, c],
