@@ -705,7 +705,7 @@ def _dense_answers(model, ds, texts, # an `NPM`, its datastore and one batch of 
 # %% ../../nbs/14_evaluation.ipynb #df98bfe5
 def _bm25_answers(model, ds, queries, questions, # an `NPM`, its datastore, the queries and their `is_question` flags
                   bm25, k, topn, l_max, temperature, alpha, restrict_k, batch_size,
-                  span_rule: str = 'content', query_rule: str = 'keep') -> list:
+                  span_rule: str = 'content', query_rule: str = 'keep', fallback: str = 'dense') -> list:
     "Per query its `(text, score, Prediction)` list, from the top `restrict_k` BM25 blocks."
     out = [None] * len(queries)
     for flag in dict.fromkeys(questions):  # one batch run per BM25 query rule
@@ -714,7 +714,7 @@ def _bm25_answers(model, ds, queries, questions, # an `NPM`, its datastore, the 
             res = model.predict_batch([queries[i] for i in ch], ds, k=k, topn=topn, l_max=l_max,
                                       temperature=temperature, alpha=alpha, index=None,
                                       bm25=bm25, restrict_k=restrict_k, question=flag, batch_size=batch_size,
-                                      span_rule=span_rule, query_rule=query_rule)
+                                      span_rule=span_rule, query_rule=query_rule, fallback=fallback)
             for i, r in zip(ch, res): out[i] = [(p.text, p.score, p) for p in r]
     return out
 
@@ -747,6 +747,7 @@ def eval_open_set(model, # an `NPM` (mode 'npm': phrases; mode 'single': its top
                   batch_size: int = 32,
                   span_rule: str = 'content', # which phrases may be answers (`span_allowed`; chosen on dev: 21_scoring)
                   query_rule: str = 'keep', # 'drop': no answer made only of the query's words (`query_only`)
+                  fallback: str = 'dense', # bm25 mode, a query BM25 finds no block for: search all of ds, or 'none'
                  ) -> tuple:
     "Exact match of NPM's top phrase, and whether the gold was in the blocks it read: `(per-example table, summary)`."
     if mode not in ('bm25', 'dense'): raise ValueError(f"mode={mode!r}: use 'bm25' (the paper's) or 'dense'")
@@ -768,7 +769,7 @@ def eval_open_set(model, # an `NPM` (mode 'npm': phrases; mode 'single': its top
                                       restrict_k, batch_size, span_rule, query_rule)
                 for i, x, y in zip(ch, a, b): out[i], blocks[i] = x, y
         else: out = _bm25_answers(model, ds, queries, questions, bm25, k, topn, l_max, temperature, alpha, restrict_k,
-                                  batch_size, span_rule, query_rule)
+                                  batch_size, span_rule, query_rule, fallback)
     seconds = time.perf_counter() - t0   # model time; the blocks for recall are looked up again outside it
     if mode == 'bm25': blocks = [bm25.retrieve(bm25_query(q, f), restrict_k) for q, f in zip(queries, questions)]
     extra = _open_extra(ds, out, df[answers], blocks)
