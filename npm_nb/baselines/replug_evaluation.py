@@ -7,11 +7,13 @@ from __future__ import annotations
 import re, time
 import numpy as np, pandas as pd, torch
 from ..data.tasks import MASK, make_query, normalize_answer
+from ..npm.datastore import STOPWORDS
 from ..npm.evaluation import task_rows, closed_table, open_table, chunks
 from .replug import REPLUG
 
 # %% auto #0
-__all__ = ['STOP', 'QUESTION_FORMS', 'FEWSHOT', 'prefix', 'eval_closed_set_replug', 'open_prompt', 'strip_label', 'contains_gold',
+__all__ = ['STOP', 'QUESTION_FORMS', 'FEWSHOT', 'CLOZE_FORMS', 'FEWSHOT_CLOZE', 'FEWSHOT_SUBJECTS', 'ANSWER_RULES', 'prefix',
+           'eval_closed_set_replug', 'open_prompt', 'extract_answer', 'strip_label', 'contains_gold',
            'eval_open_set_replug']
 
 # %% ../../nbs/17_replug_evaluation.ipynb #9add5865
@@ -61,16 +63,43 @@ STOP = ('\n', '.', ',', ';', '?', '!', '(')
 QUESTION_FORMS = ('answer-is', 'qa', 'fewshot')
 # 'fewshot': the 'qa' frame after two solved questions (evaluations leave out examples about these subjects)
 FEWSHOT = (('What is the capital of France?', 'Paris', 'France'), ('What is the currency of Japan?', 'yen', 'Japan'))
+# how a cloze query is put: its text before the mask ('prefix'), or the same after solved statements of the tasks'
+# shapes, one a line ('fewshot'; evaluations leave out examples about their subjects, `FEWSHOT_SUBJECTS`)
+CLOZE_FORMS = ('prefix', 'fewshot')
+FEWSHOT_CLOZE = (('The capital of France is', 'Paris', 'France'), ('The currency of Japan is the', 'yen', 'Japan'),
+                 ('Paris is a', 'city', 'Paris'))
+FEWSHOT_SUBJECTS = frozenset(s for *_, s in FEWSHOT + FEWSHOT_CLOZE)
 
 def open_prompt(query: str, # a query with one [MASK]
                 is_question: bool = False, # the task asks it as a question
                 form: str = 'answer-is', # one of QUESTION_FORMS
+                cloze: str = 'prefix', # one of CLOZE_FORMS: how a query read as a cloze is put
                ) -> str:
-    "The LM's prompt for an open-set query: the text before the mask, or a question in the 'qa' frame."
+    "The LM's prompt for an open-set query: the text before the mask (`cloze` says what precedes it), or a question."
     if form not in QUESTION_FORMS: raise ValueError(f"question form {form!r}: use one of {QUESTION_FORMS}")
-    if not is_question or form == 'answer-is' or '?' not in query: return prefix(query)
+    if cloze not in CLOZE_FORMS: raise ValueError(f"cloze form {cloze!r}: use one of {CLOZE_FORMS}")
+    if not is_question or form == 'answer-is' or '?' not in query:
+        return ''.join(f"{p} {a}.\n" for p, a, _ in FEWSHOT_CLOZE) * (cloze == 'fewshot') + prefix(query)
     shots = ''.join(f"Question: {q}\nAnswer: {a}\n\n" for q, a, _ in FEWSHOT) if form == 'fewshot' else ''
     return f"{shots}Question: {query[:query.index('?') + 1].strip()}\nAnswer:"
+
+# what is kept of an answer generated up to a `STOP` string: all of it; up to the first stopword after a content word
+# (the rule NPM's reference applies to its phrases, `span_rule='reference'`); or the first 1, 2 or 3 words
+ANSWER_RULES = ('stop', 'stopword', 'words-1', 'words-2', 'words-3')
+
+def extract_answer(answer: str, # a generated answer, cut at the first `STOP` string
+                   rule: str = 'stop', # one of ANSWER_RULES
+                  ) -> str:
+    "The part of `answer` that `rule` keeps; leading articles are kept and not counted as words."
+    if rule not in ANSWER_RULES: raise ValueError(f"answer rule {rule!r}: use one of {ANSWER_RULES}")
+    words = answer.split()
+    if rule == 'stop': return answer
+    lead = next((i for i, w in enumerate(words) if w.lower() not in ('a', 'an', 'the')), len(words))
+    if rule == 'stopword':
+        stop = set(STOPWORDS)
+        end = next((i for i in range(lead + 1, len(words)) if words[i].lower().strip('"\'') in stop), len(words))
+    else: end = lead + int(rule.split('-')[1])
+    return ' '.join(words[:end])
 
 def strip_label(answer: str) -> str:
     "An answer without a leading 'A:' or 'Answer:' label (what an instruct LM often writes first)."
@@ -88,20 +117,25 @@ def eval_open_set_replug(model: REPLUG, task, # an open-set (or temporal) task n
                          batch_size: int = 8, # queries decoded together (each with its k documents)
                          question_form: str = 'answer-is', # how questions are prompted (`QUESTION_FORMS`)
                          label: str = 'keep', # 'strip': drop a leading 'A:' / 'Answer:' from the answer
+                         cloze_form: str = 'prefix', # how cloze queries are prompted (`CLOZE_FORMS`)
+                         answer_rule: str = 'stop', # what is kept of the generated answer (`ANSWER_RULES`)
                         ) -> tuple:
-    "Exact match of the (retrieval-augmented) LM's greedy answer: `(per-example table, summary)`."
+    "Exact match of the (retrieval-augmented) LM's greedy answer: `(per-example table, summary)`, `raw`: unruled."
     t, df = task_rows(task, rows, n)
     if label not in ('keep', 'strip'): raise ValueError(f"label={label!r}: use 'keep' or 'strip'")
+    extract_answer('', answer_rule)  # a clear error before any decoding
     qf = df['is_question'].astype(bool).tolist() if 'is_question' in df.columns else [False] * len(df)
-    prompts = [open_prompt(q, f, question_form) for q, f in zip(df['query'], qf)]
-    preds, tops = [], []
+    prompts = [open_prompt(q, f, question_form, cloze_form) for q, f in zip(df['query'], qf)]
+    raw, tops = [], []
     t0 = time.perf_counter()
     for _, ch in chunks(prompts, batch_size):
         hits = model.retrieve(ch)
         out = model.generate(ch, max_new_tokens=max_new_tokens, stop=stop, hits=hits)
-        preds += [strip_label(p) for p in out] if label == 'strip' else out
+        raw += [strip_label(p) for p in out] if label == 'strip' else out
         tops += [h.texts[0] if h.texts else '' for h in hits]
     seconds = time.perf_counter() - t0
-    extra = {'title': [x.split('\n', 1)[0] if x else None for x in tops], 'snippet': [x[:200] for x in tops]}
+    preds = [extract_answer(p, answer_rule) for p in raw]
+    extra = {'title': [x.split('\n', 1)[0] if x else None for x in tops], 'snippet': [x[:200] for x in tops],
+             'raw': raw}
     return open_table(t, df, answers, [[p] for p in preds], _row_name(model), seconds, by, extra,
                        k=model.k, weighting=model.weighting, max_new_tokens=max_new_tokens)
