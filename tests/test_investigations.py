@@ -143,6 +143,24 @@ def test_replug_retrieval_chooses_k_and_passage_length_on_dev_then_reads_test(tm
     assert 1 <= len(test) <= 2 and (test.k.iloc[0], test.chunk_tokens.iloc[0]) == (1, 64)
 
 @needs_data
+def test_replug_answers_chooses_each_systems_cloze_prompt_and_answer_rule_on_dev_then_reads_test(tmp_path, monkeypatch):
+    "The LM alone and REPLUG under every cloze form and answer rule on dev (12b's first, paired against it), the figure, then test for 12b's and the chosen only."
+    from npm_nb.baselines.replug_evaluation import ANSWER_RULES
+    res = run('25_replug_answers', tmp_path, monkeypatch)
+    dev = table(res, '25_replug_answers_dev')
+    assert list(dev.system.unique()) == ['LM alone', 'REPLUG (k=3)'] and len(dev) == 2 * 2 * len(ANSWER_RULES)
+    first = dev.groupby('system').head(1)
+    assert (first.cloze_form == 'prefix').all() and (first.answer_rule == 'stop').all() and (first['vs 12b (paired)'] == 0).all()
+    assert dev.criterion.between(0, 100).all() and dev['over 5 words (%)'].between(0, 100).all() and (dev.n == dev.n.iloc[0]).all()
+    # a rule only cuts the answer: no rule leaves more long answers than the whole answer does
+    for _, d in dev.groupby(['system', 'cloze_form']):
+        assert (d['over 5 words (%)'] <= d['over 5 words (%)'].iloc[0] + 1e-9).all()
+    assert (res/'figures'/'25_replug_answers_dev.png').exists()
+    test = table(res, '25_replug_answers_test')
+    assert set(test.system) == set(dev.system) and all(1 <= n <= 2 for n in test.groupby('system').size())
+    assert (test.groupby('system').head(1).answer_rule == 'stop').all()
+
+@needs_data
 def test_recipe_sweep_keeps_rows_stops_an_incomplete_grid_and_reuses_rows(tmp_path, monkeypatch):
     "The sweep at one step a recipe: rows kept per recipe, an incomplete grid stops before test, a later run reads the rows and reads test."
     from dataclasses import fields

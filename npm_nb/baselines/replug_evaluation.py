@@ -12,9 +12,9 @@ from ..npm.evaluation import task_rows, closed_table, open_table, chunks
 from .replug import REPLUG
 
 # %% auto #0
-__all__ = ['STOP', 'QUESTION_FORMS', 'FEWSHOT', 'CLOZE_FORMS', 'FEWSHOT_CLOZE', 'FEWSHOT_SUBJECTS', 'ANSWER_RULES', 'prefix',
-           'eval_closed_set_replug', 'open_prompt', 'extract_answer', 'strip_label', 'contains_gold',
-           'eval_open_set_replug']
+__all__ = ['STOP', 'QUESTION_FORMS', 'FEWSHOT', 'CLOZE_FORMS', 'FEWSHOT_CLOZE', 'FEWSHOT_SUBJECTS', 'ANSWER_RULES',
+           'ANSWER_SETTINGS', 'prefix', 'eval_closed_set_replug', 'open_prompt', 'extract_answer', 'answer_setting',
+           'strip_label', 'contains_gold', 'eval_open_set_replug']
 
 # %% ../../nbs/17_replug_evaluation.ipynb #9add5865
 def prefix(query: str, # a query with one [MASK]
@@ -100,6 +100,17 @@ def extract_answer(answer: str, # a generated answer, cut at the first `STOP` st
         end = next((i for i in range(lead + 1, len(words)) if words[i].lower().strip('"\'') in stop), len(words))
     else: end = lead + int(rule.split('-')[1])
     return ' '.join(words[:end])
+
+ANSWER_SETTINGS = tuple(f'{f}/{r}' for f in CLOZE_FORMS for r in ANSWER_RULES)  # the experiments' values
+
+def answer_setting(setting: str, # 'cloze_form/answer_rule', e.g. 'fewshot/stopword' (the experiments' parameters)
+                  ) -> dict:
+    "`eval_open_set_replug`'s `cloze_form` and `answer_rule` from one string; a clear error otherwise."
+    form, _, rule = setting.partition('/')
+    if form not in CLOZE_FORMS or rule not in ANSWER_RULES:
+        raise ValueError(f"answer setting {setting!r}: write cloze_form/answer_rule, the form one of {CLOZE_FORMS}, "
+                         f"the rule one of {ANSWER_RULES} ('prefix/stop': the text before the mask, the whole answer)")
+    return {'cloze_form': form, 'answer_rule': rule}
 
 def strip_label(answer: str) -> str:
     "An answer without a leading 'A:' or 'Answer:' label (what an instruct LM often writes first)."
