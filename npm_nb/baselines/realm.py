@@ -24,8 +24,8 @@ from ..npm.inference import exact_search, MASK
 __all__ = ['chunk_documents', 'join_bert', 'null_doc_ids', 'doc_input_ids', 'query_input_ids', 'pad_ids', 'Retriever',
            'save_retriever', 'load_retriever', 'embed_documents', 'mips', 'reader_inputs', 'masked_logits',
            'reader_log_probs', 'marginal_log_likelihood', 'retrieval_weights', 'RealmBatch', 'REALM',
-           'plot_retrieval_weights', 'DocumentIndex', 'RealmPrediction', 'reader_scores', 'retrieval_utility',
-           'eval_open_set_realm', 'mask_marginal', 'eval_closed_set_realm']
+           'plot_retrieval_weights', 'DocumentIndex', 'RealmPrediction', 'restricted_mips', 'reader_scores',
+           'retrieval_utility', 'eval_open_set_realm', 'mask_marginal', 'eval_closed_set_realm']
 
 # %% ../../nbs/18_realm.ipynb #817f9f28
 def _columns(docs):
@@ -440,11 +440,29 @@ class RealmPrediction:
 
 # %% ../../nbs/18_realm.ipynb #e9b395a4
 @torch.no_grad()
-def _fill(model: REALM, x_ids: list, index: DocumentIndex, k: int, null_doc: bool, batch_size: int):
+def restricted_mips(doc_vectors: np.ndarray, # [N, d] the index
+                    q: np.ndarray, # [Q, d] Embed_input of the queries
+                    k: int, # documents per query
+                    allowed: list, # per query, the rows it may retrieve (at least k of them)
+                   ) -> np.ndarray:
+    "Rows `[Q, k]` of each query's top-k among its `allowed` rows by inner product, best first."
+    out = []
+    for i, (qv, al) in enumerate(zip(np.asarray(q, np.float32), allowed)):
+        al = np.asarray(list(al), np.int64)
+        if len(al) < k:
+            raise ValueError(f"query {i} may read {len(al)} documents, fewer than k = {k}: allow more or lower k")
+        s = doc_vectors[al].astype(np.float32) @ qv
+        out.append(al[np.argsort(-s, kind='stable')[:k]])
+    return np.stack(out) if out else np.zeros((0, k), np.int64)
+
+@torch.no_grad()
+def _fill(model: REALM, x_ids: list, index: DocumentIndex, k: int, null_doc: bool, batch_size: int,
+          allowed: list | None = None):
     "Greedy fill of the masks of each query from the marginal over its top-k (+∅): filled ids, probs, rows, p(z|x)."
     tok, dev = model.tok, model.device
     q = torch.cat([model.embed_queries(x_ids[a:a + batch_size]) for a in range(0, len(x_ids), batch_size)])
-    rows = mips(index.vectors, q.float().cpu().numpy(), k)
+    qn = q.float().cpu().numpy()
+    rows = mips(index.vectors, qn, k) if allowed is None else restricted_mips(index.vectors, qn, k, allowed)
     special = torch.tensor(tok.all_special_ids, device=dev)
     filled, probs, prior = [list(x) for x in x_ids], [[] for _ in x_ids], []
     for a in range(0, len(x_ids), batch_size):
@@ -494,7 +512,9 @@ def predict(self: REALM, texts, # a query (or list) with exactly one `[MASK]`
             index: DocumentIndex, # the knowledge corpus
             k: int = 4, # documents read per query (plus ∅)
             n_masks: int | list = 1, # tokens to fill (one number, or one per query)
-            null_doc: bool = True, batch_size: int = 16, max_query_len: int = 64):
+            null_doc: bool = True, batch_size: int = 16, max_query_len: int = 64,
+            allowed: list | None = None, # per query, the index rows it may read (None: all; e.g. BM25's candidates)
+           ):
     "Fill each query's `[MASK]` with `n_masks` tokens from the marginal over the top-k documents and ∅."
     single = isinstance(texts, str)
     texts = [texts] if single else list(texts)
@@ -505,7 +525,8 @@ def predict(self: REALM, texts, # a query (or list) with exactly one `[MASK]`
     for L in sorted(set(n_masks)):
         idx = [i for i, n in enumerate(n_masks) if n == L]
         x = [query_input_ids(self.tok, _with_masks(texts[i], L), max_query_len) for i in idx]
-        filled, probs, rows, pz = _fill(self, x, index, k, null_doc, batch_size)
+        filled, probs, rows, pz = _fill(self, x, index, k, null_doc, batch_size,
+                                        None if allowed is None else [allowed[i] for i in idx])
         for j, i in enumerate(idx):
             pos = [p for p, t in enumerate(x[j]) if t == self.tok.mask_token_id]
             text = self.tok.decode([filled[j][p] for p in pos], skip_special_tokens=True).strip()
@@ -593,7 +614,9 @@ def eval_open_set_realm(model: REALM, task, # an open-set task name or Task
                         l_max: int = 10, # cap on the number of masks
                         null_doc: bool = True,
                         n: int | None = None, rows=None, answers: str = 'answers', by: str | None = None,
-                        batch_size: int = 16) -> tuple:
+                        batch_size: int = 16,
+                        allowed: list | None = None, # per example, the index rows it may read (None: all)
+                       ) -> tuple:
     "Exact match of REALM's fill of the mask: `(per-example table, summary)` with the columns of the MLM baseline."
     from npm_nb.npm.evaluation import task_rows, open_table
     t, df = task_rows(task, rows, n)
@@ -601,7 +624,8 @@ def eval_open_set_realm(model: REALM, task, # an open-set task name or Task
     lengths = [min(l_max, max(1, min(len(model.tok(' ' + a, add_special_tokens=False).input_ids) for a in g)))
                if gold_length else 1 for g in golds]
     t0 = time.perf_counter()
-    preds = model.predict(df['query'].tolist(), index, k=k, n_masks=lengths, null_doc=null_doc, batch_size=batch_size)
+    preds = model.predict(df['query'].tolist(), index, k=k, n_masks=lengths, null_doc=null_doc, batch_size=batch_size,
+                          allowed=allowed)
     seconds = time.perf_counter() - t0
     top = [next((d for d in p.docs if d[0] != '∅'), ('', '', 0.0)) for p in preds]
     extra = {'n_masks': lengths, 'p_null': [next((d[2] for d in p.docs if d[0] == '∅'), 0.0) for p in preds],
