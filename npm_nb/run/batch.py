@@ -1064,7 +1064,7 @@ def _read_metas(folder: Path, suffix: str) -> list[tuple[str, dict]]:
 PAGE_LIMIT = 30_000  # bytes: the committed results page stays under this (tests/test_batch.py)
 KEY_FIGURE = '14_systems_open_set'  # shown on the page itself; every other figure is a link
 
-def first_sentence(text: str, limit: int = 160) -> str:
+def first_sentence(text: str, limit: int = 150) -> str:
     "The first sentence of `text` (markdown kept), cut at `limit` characters with an ellipsis."
     text = ' '.join(str(text).split())
     m = re.search(r'(?<=[.!?])\s+(?=[A-Z(*`])', text)
