@@ -439,7 +439,6 @@ class RealmPrediction:
     docs: list          # [(title, chunk text, p(z|x))] best first; the null document as ('∅', '', p)
 
 # %% ../../nbs/18_realm.ipynb #e9b395a4
-@torch.no_grad()
 def restricted_mips(doc_vectors: np.ndarray, # [N, d] the index
                     q: np.ndarray, # [Q, d] Embed_input of the queries
                     k: int, # documents per query
