@@ -161,6 +161,26 @@ def test_replug_answers_chooses_each_systems_cloze_prompt_and_answer_rule_on_dev
     assert (test.groupby('system').head(1).answer_rule == 'stop').all()
 
 @needs_data
+def test_leader_templates_chooses_each_systems_template_on_dev_then_reads_the_swap_on_test(tmp_path, monkeypatch, smoke_models):
+    "NPM, the LM alone and REPLUG under four templates each on dev (the task's first, paired against it), titles stripped, the figure, then the swap on test and the GPU NPM's answers re-scored."
+    res = run('26_leader_templates', tmp_path, monkeypatch)
+    dev = table(res, '26_leader_templates_dev')
+    assert list(dev.system.unique()) == ['NPM', 'LM alone', 'REPLUG (k=3)'] and (dev.groupby('system').size() == 4).all()
+    first = dev.groupby('system').head(1)
+    assert (first.template == 'task').all() and (first['vs task (paired)'] == 0).all()
+    assert 'mask-first' in set(dev[dev.system == 'NPM'].template) and 'question' in set(dev[dev.system == 'LM alone'].template)
+    assert dev.criterion.between(0, 100).all() and dev['EM, titles kept'].between(0, 100).all() and (dev.n == 2 * dev.facts).all()
+    assert (res/'figures'/'26_leader_templates_dev.png').exists()
+    test = table(res, '26_leader_templates_test')
+    assert set(test.system) == set(dev.system) and all(1 <= n <= 2 for n in test.groupby('system').size())
+    assert (test.groupby('system').head(1).template == 'task').all()
+    lm = test[test.system == 'LM alone']   # it reads no documents: the same answers with either edition
+    assert (lm['changed, new holder: 2015 corpus'] == lm['changed, new holder: 2025 corpus']).all()
+    gpu = table(res, '26_leader_templates_gpu')   # the committed GPU run's answers (its 80 test countries)
+    assert set(gpu.facts) == {'changed', 'unchanged'} and (gpu.n > 0).all()
+    assert gpu['EM, titles stripped'].between(0, 100).all() and gpu['EM, titles kept'].between(0, 100).all()
+
+@needs_data
 def test_recipe_sweep_keeps_rows_stops_an_incomplete_grid_and_reuses_rows(tmp_path, monkeypatch):
     "The sweep at one step a recipe: rows kept per recipe, an incomplete grid stops before test, a later run reads the rows and reads test."
     from dataclasses import fields
