@@ -163,6 +163,10 @@ def test_smoke_batch(tmp_path, monkeypatch):
     run = Path(st['run_dir'])   # smoke is not the committed profile: its page and tables stay in its run folder
     assert (run/'README.md').exists() and (run/'tables'/'05_open_set.md').exists()
     assert not (tmp_path/'results'/'README.md').exists() and not (tmp_path/'results'/'tables').exists()
+    # the executed notebooks keep their bars' text, not their widget state (a committed run folder travels with the tree)
+    nbs = [json.loads(p.read_text()) for p in run.glob('*.ipynb')]
+    assert nbs and not [n for n in nbs if 'widgets' in n['metadata']]
+    assert not [o for n in nbs for c in n['cells'] for o in c.get('outputs', []) if 'application/vnd.jupyter.widget-view+json' in o.get('data', {})]
 
 def test_profile_extends(ws):
     "`extends: tiny` reads base, then tiny, then the child; a cycle is an error that names it."

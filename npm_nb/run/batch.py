@@ -16,16 +16,17 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['MAX_YAML_BYTES', 'MAX_NUMBER', 'FREE_TEXT', 'MODEL_PARAMS', 'TRAINED_OBJECTIVES', 'PACKAGES', 'WHERE_PARAMS',
-           'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'STEP_STATES', 'STATUS_SCHEMA', 'LOCAL_MARK', 'OUTPUT_KINDS',
-           'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'MAX_BUDGET_S', 'BatchError', 'read_yaml', 'deep_merge',
-           'params_dir', 'list_profiles', 'find_profile', 'load_profile', 'parse_value', 'apply_overrides',
-           'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir', 'list_experiments', 'notebook_path',
-           'notebook_parameters', 'make_demo_notebook', 'value_matches', 'setting_problems', 'plan',
-           'MissingPrerequisite', 'require_data', 'require_trained', 'new_run_id', 'env_info', 'step_key', 'run_step',
-           'to_jsonable', 'from_jsonable', 'StepCache', 'markdown_table', 'beside_paper', 'table_page', 'write_table',
-           'save_figure', 'example_keys', 'example_rows', 'write_examples', 'read_examples', 'latest_run',
-           'first_sentence', 'write_results_readme', 'read_status', 'publishes', 'summary_table', 'fit_precision',
-           'profile_key', 'step_cache_dir', 'reap_stopped_runs', 'run_batch', 'describe', 'main']
+           'WIDGET_VIEW', 'EXAMPLE_COLUMNS', 'PAGE_LIMIT', 'KEY_FIGURE', 'STEP_STATES', 'STATUS_SCHEMA', 'LOCAL_MARK',
+           'OUTPUT_KINDS', 'COMMITTED_PROFILE', 'TRAIN_MARGIN_S', 'MIN_STEP_S', 'MAX_BUDGET_S', 'BatchError',
+           'read_yaml', 'deep_merge', 'params_dir', 'list_profiles', 'find_profile', 'load_profile', 'parse_value',
+           'apply_overrides', 'parameter_rule', 'implied_rule', 'rule_violation', 'experiments_dir', 'list_experiments',
+           'notebook_path', 'notebook_parameters', 'make_demo_notebook', 'value_matches', 'setting_problems', 'plan',
+           'MissingPrerequisite', 'require_data', 'require_trained', 'new_run_id', 'env_info', 'step_key',
+           'drop_widget_state', 'run_step', 'to_jsonable', 'from_jsonable', 'StepCache', 'markdown_table',
+           'beside_paper', 'table_page', 'write_table', 'save_figure', 'example_keys', 'example_rows', 'write_examples',
+           'read_examples', 'latest_run', 'first_sentence', 'write_results_readme', 'read_status', 'publishes',
+           'summary_table', 'fit_precision', 'profile_key', 'step_cache_dir', 'reap_stopped_runs', 'run_batch',
+           'describe', 'main']
 
 # %% ../../nbs/21_batch.ipynb #ca087feb
 class BatchError(Exception):
@@ -259,7 +260,7 @@ _FRACTION = re.compile(r'(heldout|.*_frac|target_recall|alpha|.*_prob)')  # shar
 _NUMBER_LISTS = re.compile(r'(.*fractions|.*_sweep|curve_steps|mlm_evals|sweep_lrs)')  # comma-separated numbers
 FREE_TEXT = ('profile', 'model', 'encoder', 'sections', 'rows', 'row', 'hnsw_graphs', 'open_tasks', 'closed_task',
              'open_task', 'dense_index', 'refresh', 'lm', 'retriever', 'reader', 'run', 'against', 'beside',
-             'reuse_from', 'rows_dir')  # names checked by the notebook itself
+             'reuse_from', 'rows_dir', 'gpu_run')  # names checked by the notebook itself
 
 def implied_rule(name: str, type_: str | None,
                  help: str = '', # its comment: `0: all` / `0 = off` there allows 0 for a count
@@ -658,6 +659,32 @@ def _archive(path: Path):
     n = 1 + len(list(d.glob(f'{path.stem}.*{path.suffix}')))
     os.replace(path, d/f'{path.stem}.{n}{path.suffix}')
 
+# %% ../../nbs/21_batch.ipynb #c0257980
+WIDGET_VIEW = 'application/vnd.jupyter.widget-view+json'
+
+def drop_widget_state(path) -> int:
+    """Drop the ipywidgets state from the executed notebook `path`, in place: the notebook's `widgets` metadata (each
+    progress bar's last drawing, about 350 kB a notebook) and the widget views of the outputs, which keep their text
+    fallback. A run folder is read as text and carried with the checkout, and a widget needs a live kernel anyway.
+    Return the bytes saved (0: nothing to drop, or not a readable notebook, left as it is)."""
+    import nbformat
+    path = Path(path)
+    try: nb, before = nbformat.read(str(path), as_version=4), path.stat().st_size
+    except (OSError, ValueError): return 0
+    changed = nb.metadata.pop('widgets', None) is not None
+    for c in nb.cells:
+        outs = c.get('outputs', [])
+        for o in outs:
+            if WIDGET_VIEW in o.get('data', {}):
+                o.data.pop(WIDGET_VIEW)
+                changed = True
+        kept = [o for o in outs if 'data' not in o or o.data]
+        if len(kept) != len(outs): c.outputs = kept
+    if not changed: return 0
+    atomic_write_text(path, nbformat.writes(nb) + '\n')
+    return before - path.stat().st_size
+
+
 # %% ../../nbs/21_batch.ipynb #91d12cbb
 def _kernel_manager(log_path: Path):
     "A kernel manager class whose kernel writes its own stderr (ZMQ warnings, tracebacks at shutdown) to `log_path`."
@@ -705,7 +732,9 @@ def run_step(step: dict, # from `plan`
         else: msg = f"{type(e).__name__}: {e}"
         res = {'state': 'failed', 'error': msg}
     finally: log.setLevel(level)
-    if tmp.exists(): os.replace(tmp, out)
+    if tmp.exists():
+        drop_widget_state(tmp)
+        os.replace(tmp, out)
     res.update(seconds=round(time.time() - t0, 1), notebook=out.name)
     return res
 
