@@ -287,11 +287,17 @@ def _search_batch(self: ExactSearch, q, k: int):
 
 # %% ../../nbs/11_search.ipynb #ce568396
 @patch
-@torch.inference_mode()
 def search(self: ExactSearch, q, # queries `[Q, h]` (or `[h]`), float32
             k: int, # neighbours a query (at most N come back)
            ) -> tuple[np.ndarray, np.ndarray]:
-    "`(scores, rows)`, each `[Q, min(k, N)]`: exact inner products, best first (ties: the lower row first)."
+    """`(scores, rows)`, each `[Q, min(k, N)]`: exact inner products, best first (ties: the lower row first). The search
+    keeps its own precision: an autocast the caller runs under (a bf16 LM's, around a retriever) is off inside it."""
+    with torch.autocast(self.device.type, enabled=False): return self._search(q, k)
+
+@patch
+@torch.inference_mode()
+def _search(self: ExactSearch, q, k: int) -> tuple[np.ndarray, np.ndarray]:
+    "`search` itself (under no autocast)."
     q = np.atleast_2d(np.asarray(q, np.float32))
     if q.shape[1] != self.d: raise ValueError(f"queries have dimension {q.shape[1]}, the store {self.d}")
     if k < 1: raise ValueError(f"k={k}: ask for at least one neighbour")
