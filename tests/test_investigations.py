@@ -181,6 +181,18 @@ def test_leader_templates_chooses_each_systems_template_on_dev_then_reads_the_sw
     assert gpu['EM, titles stripped'].between(0, 100).all() and gpu['EM, titles kept'].between(0, 100).all()
 
 @needs_data
+def test_realm_reading_chooses_k_and_answer_length_on_dev_then_reads_test(tmp_path, monkeypatch, smoke_models):
+    "REALM (the untrained init: smoke has no 13_realm run here) under every (k, answer length) on dev, 13's first and paired against it, the grid checked against eval_open_set_realm, the figure, then 13's and the chosen setting on test."
+    res = run('27_realm_reading', tmp_path, monkeypatch, realm='init', eval_ks='2,3', max_masks='1,2')
+    dev = table(res, '27_realm_reading_dev')
+    assert dev[['k', 'max_masks']].values.tolist() == [[2, 1], [2, 2], [3, 1], [3, 2]]
+    assert dev['vs 13 (paired)'].iloc[0] == 0 and dev.criterion.between(0, 100).all() and (dev.n > 0).all()
+    assert (dev[dev.max_masks == 1]['answer wordpieces'] == 1).all() and (dev['answer wordpieces'] <= dev.max_masks).all()
+    assert (res/'figures'/'27_realm_reading_dev.png').exists()
+    test = table(res, '27_realm_reading_test')
+    assert test[['k', 'max_masks']].values.tolist()[0] == [2, 1] and 1 <= len(test) <= 2 and (test.n > 0).all()
+
+@needs_data
 def test_recipe_sweep_keeps_rows_stops_an_incomplete_grid_and_reuses_rows(tmp_path, monkeypatch):
     "The sweep at one step a recipe: rows kept per recipe, an incomplete grid stops before test, a later run reads the rows and reads test."
     from dataclasses import fields

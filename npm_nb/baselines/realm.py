@@ -25,7 +25,8 @@ __all__ = ['chunk_documents', 'join_bert', 'null_doc_ids', 'doc_input_ids', 'que
            'save_retriever', 'load_retriever', 'embed_documents', 'mips', 'reader_inputs', 'masked_logits',
            'reader_log_probs', 'marginal_log_likelihood', 'retrieval_weights', 'RealmBatch', 'REALM',
            'plot_retrieval_weights', 'DocumentIndex', 'RealmPrediction', 'restricted_mips', 'reader_scores',
-           'retrieval_utility', 'eval_open_set_realm', 'mask_marginal', 'eval_closed_set_realm']
+           'retrieval_utility', 'eval_open_set_realm', 'length_normalised', 'predict_any_length', 'mask_marginal',
+           'eval_closed_set_realm']
 
 # %% ../../nbs/18_realm.ipynb #817f9f28
 def _columns(docs):
@@ -615,16 +616,20 @@ def eval_open_set_realm(model: REALM, task, # an open-set task name or Task
                         n: int | None = None, rows=None, answers: str = 'answers', by: str | None = None,
                         batch_size: int = 16,
                         allowed: list | None = None, # per example, the index rows it may read (None: all)
+                        max_masks: int = 1, # >1: fill 1..max_masks masks, keep each query's best `length_normalised`
                        ) -> tuple:
     "Exact match of REALM's fill of the mask: `(per-example table, summary)` with the columns of the MLM baseline."
     from npm_nb.npm.evaluation import task_rows, open_table
     t, df = task_rows(task, rows, n)
     golds = [list(g) for g in df[answers]]
+    if max_masks < 1: raise ValueError(f"max_masks={max_masks}: fill at least one mask (1: one wordpiece)")
+    if gold_length and max_masks > 1: raise ValueError("gold_length fills the gold's length: leave max_masks at 1")
     lengths = [min(l_max, max(1, min(len(model.tok(' ' + a, add_special_tokens=False).input_ids) for a in g)))
                if gold_length else 1 for g in golds]
     t0 = time.perf_counter()
-    preds = model.predict(df['query'].tolist(), index, k=k, n_masks=lengths, null_doc=null_doc, batch_size=batch_size,
-                          allowed=allowed)
+    kw = dict(k=k, null_doc=null_doc, batch_size=batch_size, allowed=allowed)
+    if max_masks > 1: preds, lengths = predict_any_length(model, df['query'].tolist(), index, max_masks, **kw)
+    else: preds = model.predict(df['query'].tolist(), index, n_masks=lengths, **kw)
     seconds = time.perf_counter() - t0
     top = [next((d for d in p.docs if d[0] != '∅'), ('', '', 0.0)) for p in preds]
     extra = {'n_masks': lengths, 'p_null': [next((d[2] for d in p.docs if d[0] == '∅'), 0.0) for p in preds],
@@ -642,9 +647,25 @@ def eval_open_set_realm(model: REALM, task, # an open-set task name or Task
         gold_length=gold_length,
         k=k,
         null_doc=null_doc,
+        max_masks=max_masks,
     )
     s['recall_at_k'] = float(100 * np.mean(extra['answer_in_docs'])) if len(df) else float('nan')
     return table, s
+
+# %% ../../nbs/18_realm.ipynb #0c71b90f
+def length_normalised(p: RealmPrediction) -> float:
+    "The mean log marginal probability of a fill's tokens: the score that compares fills of different lengths."
+    return float(np.mean(np.log(np.maximum(p.token_probs, 1e-30)))) if p.token_probs else -float('inf')
+
+def predict_any_length(model: REALM, texts: list, # queries with one `[MASK]` each
+                       index: DocumentIndex, max_masks: int = 3, # fills of 1..max_masks tokens are compared
+                       **kw) -> tuple:
+    "Per query, the fill of 1..max_masks masks with the best `length_normalised` (the shorter on ties), and its length."
+    texts = list(texts)
+    by_len = [model.predict(texts, index, n_masks=L, **kw) for L in range(1, max_masks + 1)]
+    best = [max(range(max_masks), key=lambda j: (length_normalised(by_len[j][i]), -j)) for i in range(len(texts))]
+    return [by_len[j][i] for i, j in enumerate(best)], [j + 1 for j in best]
+
 
 # %% ../../nbs/18_realm.ipynb #4ccd0829
 @torch.no_grad()

@@ -260,7 +260,7 @@ _FRACTION = re.compile(r'(heldout|.*_frac|target_recall|alpha|.*_prob)')  # shar
 _NUMBER_LISTS = re.compile(r'(.*fractions|.*_sweep|curve_steps|mlm_evals|sweep_lrs)')  # comma-separated numbers
 FREE_TEXT = ('profile', 'model', 'encoder', 'sections', 'rows', 'row', 'hnsw_graphs', 'open_tasks', 'closed_task',
              'open_task', 'dense_index', 'refresh', 'lm', 'retriever', 'reader', 'run', 'against', 'beside',
-             'reuse_from', 'rows_dir', 'gpu_run')  # names checked by the notebook itself
+             'reuse_from', 'rows_dir', 'gpu_run', 'realm')  # names checked by the notebook itself
 
 def implied_rule(name: str, type_: str | None,
                  help: str = '', # its comment: `0: all` / `0 = off` there allows 0 for a count
