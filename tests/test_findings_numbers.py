@@ -107,6 +107,14 @@ def gpu_token_ratio() -> tuple:
     "The h100 run's NPM token slots over the cpu recipe's (C2k, the fresh-clone cpu run)."
     return _config_tokens('h100/20261127-205558') / _config_tokens('cpu/20261127-234205'), None
 
+def lm_speedup(system: str):
+    "fp32 seconds over bf16 seconds of a system in results/benchmarks/lm_precision.csv (the LMs' precision on dev)."
+    import csv
+    def f():
+        r = next(r for r in csv.DictReader((RES/'benchmarks'/'lm_precision.csv').open()) if r['system'] == system)
+        return float(r['s_fp32']) / float(r['s_bf16']), None
+    return f
+
 def twice(se: float):
     return lambda: (2 * se, None)
 
@@ -118,6 +126,8 @@ DERIVED = {
     '−1.0 ± 1.1': sweep_paired('P16', 'C1k'),                 # results/sweep/sweep/P16.json, C1k.json
     '−3.7 ± 1.0': sweep_paired('X8', 'P16'),                  # results/sweep/sweep/X8.json, P16.json
     '±7': twice(3.29),                                        # 2 × the SE of 06_temporal's unchanged 30.7 → 35.8 (+5.19 ± 3.29)
+    '1.70×': lm_speedup('REPLUG (k=5)'),                       # results/benchmarks/lm_precision.csv: s_fp32 / s_bf16
+    '0.74×': lm_speedup('LM alone'),                           # the same
     '48×': gpu_token_ratio,                                   # h100: 3,000 × 128 × 256; cpu: 2,000 × 8 × 128 (config.yaml)
 }
 
