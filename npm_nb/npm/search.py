@@ -246,12 +246,12 @@ def _exact(self: ExactSearch, q, rows):
 def scores(self: ExactSearch, q, # queries `[Q, h]` (float32)
                rows, # rows `[Q, K]` of the store (-1: none)
               ) -> np.ndarray:
-    "Exact inner products `[Q, K]` of each query with its rows, fp32 (`-inf` where the row is -1)."
+    "Exact inner products `[Q, K]` of each query with its rows, fp32 (`-inf` where the row is -1), under no autocast."
     q = torch.from_numpy(np.atleast_2d(np.asarray(q, np.float32))).to(self.device)
     rows = torch.from_numpy(np.atleast_2d(np.asarray(rows, np.int64))).to(self.device)
     if rows.numel() and int(rows.max()) >= self.n:
         raise IndexError(f"row {int(rows.max())} is out of range: N = {self.n}")
-    return self._exact(q, rows).cpu().numpy()
+    with torch.autocast(self.device.type, enabled=False): return self._exact(q, rows).cpu().numpy()
 
 # %% ../../nbs/11_search.ipynb #ae82cd22
 @patch
