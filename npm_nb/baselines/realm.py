@@ -25,8 +25,8 @@ __all__ = ['chunk_documents', 'join_bert', 'null_doc_ids', 'doc_input_ids', 'que
            'save_retriever', 'load_retriever', 'embed_documents', 'mips', 'reader_inputs', 'masked_logits',
            'reader_log_probs', 'marginal_log_likelihood', 'retrieval_weights', 'RealmBatch', 'REALM',
            'plot_retrieval_weights', 'DocumentIndex', 'RealmPrediction', 'restricted_mips', 'reader_scores',
-           'retrieval_utility', 'eval_open_set_realm', 'length_normalised', 'predict_any_length', 'mask_marginal',
-           'eval_closed_set_realm']
+           'retrieval_utility', 'eval_open_set_realm', 'length_normalised', 'predict_any_length', 'best_length',
+           'mask_marginal', 'eval_closed_set_realm']
 
 # %% ../../nbs/18_realm.ipynb #817f9f28
 def _columns(docs):
@@ -663,8 +663,15 @@ def predict_any_length(model: REALM, texts: list, # queries with one `[MASK]` ea
     "Per query, the fill of 1..max_masks masks with the best `length_normalised` (the shorter on ties), and its length."
     texts = list(texts)
     by_len = [model.predict(texts, index, n_masks=L, **kw) for L in range(1, max_masks + 1)]
-    best = [max(range(max_masks), key=lambda j: (length_normalised(by_len[j][i]), -j)) for i in range(len(texts))]
+    best = [best_length(by_len, i) for i in range(len(texts))]
     return [by_len[j][i] for i, j in enumerate(best)], [j + 1 for j in best]
+
+def best_length(by_len: list, # per length 1, 2, ...: every query's fill (`REALM.predict`'s list)
+                i: int, # the query
+                max_masks: int | None = None, # compare the first max_masks lengths (None: all)
+               ) -> int:
+    "Index (length − 1) of query i's fill with the best `length_normalised` among the lengths, the shorter on ties."
+    return max(range(max_masks or len(by_len)), key=lambda j: (length_normalised(by_len[j][i]), -j))
 
 
 # %% ../../nbs/18_realm.ipynb #4ccd0829
