@@ -193,6 +193,21 @@ def test_realm_reading_chooses_k_and_answer_length_on_dev_then_reads_test(tmp_pa
     assert test[['k', 'max_masks']].values.tolist()[0] == [2, 1] and 1 <= len(test) <= 2 and (test.n > 0).all()
 
 @needs_data
+def test_realm_span_reader_trains_chooses_steps_and_k_on_dev_then_reads_test(tmp_path, monkeypatch, smoke_models):
+    "The span reader trained a few steps on the untrained REALM's retrieval (smoke has no 13_realm run here): every (steps, k) on dev against 13's one-mask REALM, the figure, then both readers on test, on the store and on NPM's blocks."
+    res = run('28_realm_span_reader', tmp_path, monkeypatch, realm='init')
+    dev = table(res, '28_realm_span_reader_dev')
+    assert dev[['reader', 'steps', 'k']].values.tolist() == [["13's REALM (one mask)", 0, 3], ['span reader', 2, 3],
+                                                           ['span reader', 2, 5], ['span reader', 4, 3], ['span reader', 4, 5]]
+    assert dev['vs 13 (paired)'].iloc[0] == 0 and dev.criterion.between(0, 100).all() and (dev.n > 0).all()
+    assert (dev[dev.reader == 'span reader']['empty (%)'] == 0).all()
+    assert (res/'figures'/'28_realm_span_reader_dev.png').exists()
+    test = table(res, '28_realm_span_reader_test')
+    assert test.reader.tolist() == ["13's REALM (one mask)", 'span reader', "13's REALM (one mask), NPM's blocks",
+                                    "span reader, NPM's blocks"]
+    assert test['vs 13 (paired)'].iloc[0] == 0 and (test.n == test.n.iloc[0]).all() and test.n.iloc[0] > 0
+
+@needs_data
 def test_recipe_sweep_keeps_rows_stops_an_incomplete_grid_and_reuses_rows(tmp_path, monkeypatch):
     "The sweep at one step a recipe: rows kept per recipe, an incomplete grid stops before test, a later run reads the rows and reads test."
     from dataclasses import fields

@@ -26,7 +26,9 @@ __all__ = ['chunk_documents', 'join_bert', 'null_doc_ids', 'doc_input_ids', 'que
            'reader_log_probs', 'marginal_log_likelihood', 'retrieval_weights', 'RealmBatch', 'REALM',
            'plot_retrieval_weights', 'DocumentIndex', 'RealmPrediction', 'restricted_mips', 'reader_scores',
            'retrieval_utility', 'eval_open_set_realm', 'length_normalised', 'predict_any_length', 'best_length',
-           'mask_marginal', 'eval_closed_set_realm']
+           'mask_marginal', 'eval_closed_set_realm', 'SpanReader', 'save_span_reader', 'load_span_reader',
+           'span_candidates', 'span_log_probs', 'answer_log_prob', 'SpanPrediction', 'read_spans',
+           'eval_open_set_spans']
 
 # %% ../../nbs/18_realm.ipynb #817f9f28
 def _columns(docs):
@@ -744,3 +746,188 @@ def eval_closed_set_realm(model: REALM, task, # a closed-set task name or Task
     table['p_null'] = pz[:, -1] if null_doc else 0.0
     table['title'] = [index.chunks['title'][r[0]] for r in rows_]
     return table, s
+
+# %% ../../nbs/18_realm.ipynb #dff5b4e2
+class SpanReader(nn.Module):
+    "REALM's open-QA reader (§3.2): p(y|z,x) ∝ Σ_{s ∈ S(z,y)} exp(MLP([h_START(s); h_END(s)])) over the spans s of z."
+    def __init__(self, encoder, # a BERT-style `AutoModel` reading `[CLS] x [SEP] z [SEP]` (the reader's encoder)
+                 hidden: int = 256, # the MLP's hidden width
+                 l_max: int = 10, # the longest span in wordpieces
+                 seed: int = 0): # the MLP's initialisation
+        super().__init__()
+        h = encoder.config.hidden_size
+        self.encoder, self.l_max = encoder, l_max
+        g = torch.Generator().manual_seed(seed)
+        self.mlp = nn.Sequential(nn.Linear(2 * h, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        with torch.no_grad():
+            for m in (self.mlp[0], self.mlp[2]):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) / math.sqrt(m.in_features))
+                m.bias.zero_()
+
+    @property
+    def device(self): return next(self.parameters()).device
+    def config(self) -> dict: return dict(hidden=self.mlp[0].out_features, l_max=self.l_max)
+
+    def states(self, ids, att, tt): # from `reader_inputs`
+        "The encoder's last hidden states `[P, T, h]` of the pairs."
+        if getattr(self.encoder.config, 'type_vocab_size', 2) < 2: tt = torch.zeros_like(tt)
+        return self.encoder(input_ids=ids, attention_mask=att, token_type_ids=tt).last_hidden_state
+
+    def span_scores(self, h, pair, start, end): # states; per span its pair, start and end position (tensors [S])
+        "MLP([h_START(s); h_END(s)]) of every span: float32 `[S]`."
+        return self.mlp(torch.cat([h[pair, start], h[pair, end]], -1))[:, 0].float()
+
+
+# %% ../../nbs/18_realm.ipynb #c491d6f5
+def save_span_reader(r: SpanReader, path, tok=None):
+    "Write `r` to folder `path`: `encoder/` (with `tok`), `span_head.pt`, `span_reader.json`."
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    r.encoder.save_pretrained(path/'encoder')
+    if tok is not None: tok.save_pretrained(path/'encoder')
+    with atomic_path(path/'span_head.pt') as tmp: torch.save(r.mlp.state_dict(), tmp)
+    atomic_write_json(path/'span_reader.json', r.config())
+    return path
+
+def load_span_reader(path, # a folder of `save_span_reader`, or an encoder / masked-LM folder or alias (a fresh head)
+                     device: str | None = None, **kw) -> SpanReader:
+    "A `SpanReader` from a saved folder, or a new one (head seeded by `kw['seed']`) on the encoder of `path`."
+    p = Path(str(path))
+    if (p/'span_reader.json').exists():
+        cfg = {**json.loads((p/'span_reader.json').read_text()), **kw}
+        r = SpanReader(AutoModel.from_pretrained(p/'encoder'), **cfg)
+        r.mlp.load_state_dict(torch.load(p/'span_head.pt', map_location='cpu', weights_only=True))
+    else: r = SpanReader(AutoModel.from_pretrained(resolve_model(str(path))), **kw)
+    return r.to(device or default_device()).eval()
+
+
+# %% ../../nbs/18_realm.ipynb #95a3a51f
+_INNER_STOP = set('()[]{};:"?!|')   # no answer runs across these (a bracket or colon joins two phrases)
+
+def span_candidates(tok, body: list, # a chunk's body ids (as the reader sees it)
+                    l_max: int = 10) -> list:
+    "`(start, end)` (end inclusive) of the spans of `body` a reader may answer: whole words, <= `l_max` wordpieces."
+    # no punctuation at either end, no bracket, colon or quote inside
+    toks = tok.convert_ids_to_tokens(list(body))
+    cont = [t.startswith('##') for t in toks]
+    punct = [not any(ch.isalnum() for ch in t.lstrip('#')) for t in toks]
+    special = set(tok.all_special_tokens)
+    out = []
+    for s in range(len(toks)):
+        if cont[s] or punct[s] or toks[s] in special: continue
+        for e in range(s, min(len(toks), s + l_max)):
+            if toks[e] in special or toks[e] in _INNER_STOP: break
+            if punct[e] or (e + 1 < len(toks) and cont[e + 1]): continue
+            out.append((s, e))
+    return out
+
+
+# %% ../../nbs/18_realm.ipynb #139b0839
+def span_log_probs(reader: SpanReader, tok, x_ids: list, # `[CLS] x [SEP]` of each pair (one mask where the answer goes)
+                   bodies: list, # the document body ids of each pair
+                   max_len: int = 256) -> tuple:
+    "`(spans, log_p)`: per pair, its candidate spans (`span_candidates`, offsets in the body) and log p(s|z,x) `[S_p]`."
+    ids, att, tt = (t.to(reader.device) for t in reader_inputs(tok, x_ids, bodies, max_len))
+    h = reader.states(ids, att, tt)
+    spans, pair, st, en = [], [], [], []
+    for p, (x, z) in enumerate(zip(x_ids, bodies)):
+        sp = span_candidates(tok, list(z)[:max(0, max_len - len(x) - 1)], reader.l_max)
+        spans.append(sp)
+        pair += [p] * len(sp)
+        st += [len(x) + s for s, _ in sp]
+        en += [len(x) + e for _, e in sp]
+    if not st: return spans, [torch.zeros(0, device=reader.device) for _ in spans]
+    sc = reader.span_scores(h, *(torch.tensor(v, device=reader.device) for v in (pair, st, en)))
+    out, o = [], 0
+    for sp in spans:
+        out.append(sc[o:o + len(sp)].log_softmax(-1))
+        o += len(sp)
+    return spans, out
+
+def answer_log_prob(spans: list, log_p: torch.Tensor, # one pair's `span_log_probs`
+                    body: list, y_ids: list) -> torch.Tensor:
+    "log p(y|z,x) = log Σ_{s ∈ S(z,y)} p(s|z,x): the spans of z whose wordpieces are y's (−inf where z has none)."
+    y = list(y_ids)
+    hit = [i for i, (s, e) in enumerate(spans) if list(body[s:e + 1]) == y]
+    if not hit: return torch.tensor(-float('inf'), device=log_p.device)
+    return torch.logsumexp(log_p[torch.tensor(hit, device=log_p.device)], 0)
+
+
+# %% ../../nbs/18_realm.ipynb #ddd03fc1
+@dataclass
+class SpanPrediction:
+    "An extracted answer: its text, p(answer|x) over every span of it in the chunks read, the runners-up, the chunks."
+    text: str
+    prob: float
+    top: list           # [(text, p(answer|x))] best first, the answer first
+    docs: list          # [(title, chunk text, p(z|x))] best first
+
+def _retrieve(model: REALM, x_ids: list, index: DocumentIndex, k: int, allowed, batch_size: int) -> tuple:
+    "`(rows [Q, k], p(z|x) [Q, k])`: each query's top-k chunks by Embed_input(x)·Embed_doc(z) (the index's), softmaxed."
+    q = torch.cat([model.embed_queries(x_ids[a:a + batch_size]) for a in range(0, len(x_ids), batch_size)])
+    qn = q.float().cpu().numpy()
+    rows = mips(index.vectors, qn, k) if allowed is None else restricted_mips(index.vectors, qn, k, allowed)
+    f = torch.from_numpy(np.einsum('qd,qkd->qk', qn, index.vectors[rows].astype(np.float32)))
+    return rows, f.softmax(-1).numpy()
+
+@torch.no_grad()
+def read_spans(model: REALM, # its retriever and tokenizer (the reader is `reader`)
+               reader: SpanReader, texts, # a query (or list) with exactly one `[MASK]` where the answer goes
+               index: DocumentIndex, k: int = 5, # chunks read per query
+               allowed: list | None = None, # per query, the index rows it may read (None: all)
+               batch_size: int = 16, max_query_len: int = 64, n_top: int = 5):
+    "Each query's answer: the wordpieces with the largest Σ_z p(z|x) Σ_{s ∈ z with those wordpieces} p(s|z,x)."
+    single = isinstance(texts, str)
+    texts = [texts] if single else list(texts)
+    x = [query_input_ids(model.tok, _with_masks(t, 1), max_query_len) for t in texts]
+    was = model.training, reader.training
+    model.eval()
+    reader.eval()
+    rows, pz = _retrieve(model, x, index, k, allowed, batch_size)
+    out = []
+    for a in range(0, len(x), batch_size):
+        B = len(x[a:a + batch_size])
+        zs = [index.bodies[r] for b in range(B) for r in rows[a + b]]
+        spans, lps = span_log_probs(reader, model.tok, [x[a + b] for b in range(B) for _ in range(k)], zs,
+                                    model.max_len)
+        for b in range(B):
+            agg = {}
+            for j in range(k):
+                i = b * k + j
+                for (s, e), p in zip(spans[i], (lps[i].exp() * float(pz[a + b, j])).tolist()):
+                    key = tuple(zs[i][s:e + 1])
+                    agg[key] = agg.get(key, 0.0) + p
+            best = sorted(agg.items(), key=lambda kv: -kv[1])[:n_top]
+            top = [(model.tok.decode(list(key)).strip(), p) for key, p in best]
+            docs = sorted([(index.chunks['title'][r], index.chunks['text'][r], float(pz[a + b, j]))
+                           for j, r in enumerate(rows[a + b])], key=lambda d: -d[2])
+            out.append(SpanPrediction(top[0][0] if top else '', top[0][1] if top else 0.0, top, docs))
+    model.train(was[0])
+    reader.train(was[1])
+    return out[0] if single else out
+
+
+# %% ../../nbs/18_realm.ipynb #242a1c46
+def eval_open_set_spans(model: REALM, reader: SpanReader, task, # an open-set task name or Task
+                        index: DocumentIndex, # the reference corpus, embedded by `model`'s retriever
+                        k: int = 5, # chunks read per query
+                        n: int | None = None, rows=None, answers: str = 'answers', by: str | None = None,
+                        batch_size: int = 16,
+                        allowed: list | None = None, # per example, the index rows it may read (None: all)
+                       ) -> tuple:
+    "Exact match of the span reader's answers: `(per-example table, summary)` with `eval_open_set_realm`'s columns."
+    from npm_nb.npm.evaluation import task_rows, open_table
+    t, df = task_rows(task, rows, n)
+    golds = [list(g) for g in df[answers]]
+    t0 = time.perf_counter()
+    preds = read_spans(model, reader, df['query'].tolist(), index, k=k, allowed=allowed, batch_size=batch_size)
+    seconds = time.perf_counter() - t0
+    top = [p.docs[0] if p.docs else ('', '', 0.0) for p in preds]
+    extra = {'p_answer': [p.prob for p in preds], 'title': [d[0] for d in top], 'snippet': [d[1][:200] for d in top],
+             'p_top_doc': [d[2] for d in top],
+             'answer_in_docs': [any(_contains(d[1], g) for d in p.docs) for p, g in zip(preds, golds)]}
+    table, s = open_table(t, df, answers, [[a for a, _ in p.top] or [''] for p in preds], 'REALM (span reader)',
+                          seconds, by, extra, k=k)
+    s['recall_at_k'] = float(100 * np.mean(extra['answer_in_docs'])) if len(df) else float('nan')
+    return table, s
+

@@ -24,13 +24,16 @@ from ..npm.training import (checkpoint_dir, BatchStream, link_final, run_checkpo
                                CheckpointManager)
 from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents, doc_input_ids,
                                     join_bert, mips, reader_scores, retrieval_utility, marginal_log_likelihood,
-                                    retrieval_weights)
+                                    retrieval_weights, SpanReader, save_span_reader, load_span_reader,
+                                    span_candidates, span_log_probs, answer_log_prob)
 
 # %% auto #0
 __all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFRESH_MODES', 'spacy_tagger', 'has_spacy',
            'regex_spans', 'salient_spans', 'sentences', 'realm_examples', 'IndexRefresher', 'RealmConfig',
            'same_model_source', 'data_fingerprint', 'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval',
-           'IndexInUse', 'realm_step', 'train_realm', 'read_jsonl', 'plot_staleness']
+           'IndexInUse', 'realm_step', 'train_realm', 'read_jsonl', 'plot_staleness', 'span_examples',
+           'SpanReaderConfig', 'span_training_rows', 'span_loss', 'save_span_checkpoint', 'train_span_reader',
+           'find_realm', 'split_index', 'npm_block_index']
 
 # %% ../../nbs/19_realm_pretraining.ipynb #5347f580
 SPACY_LABELS = ('PERSON', 'NORP', 'FAC', 'ORG', 'GPE', 'LOC', 'PRODUCT', 'EVENT', 'WORK_OF_ART', 'LAW', 'LANGUAGE',
@@ -674,3 +677,248 @@ def plot_staleness(rows: list, # a run's `metrics.jsonl` rows (`read_jsonl`)
     lx.plot(steps, [r['loss'] for r in rows], 'o-', color='tab:red', label='loss')
     lx.set_ylabel('loss  −log p(y|x)', color='tab:red')
     return ax, lx
+
+# %% ../../nbs/19_realm_pretraining.ipynb #2d5f28a9
+def span_examples(examples: list, # `realm_examples` (the salient span's wordpieces masked one for one)
+                  tok) -> list:
+    "The same sentences with the span's masks folded into one `[MASK]`: the span reader's queries (it reads no length)."
+    out = []
+    for e in examples:
+        mp, x = e['mask_pos'], list(e['x_ids'])
+        if mp != list(range(mp[0], mp[-1] + 1)): raise ValueError(f"the masks of {e['query']!r} are not one run")
+        out.append({**e, 'x_ids': x[:mp[0]] + [tok.mask_token_id] + x[mp[-1] + 1:], 'mask_pos': [mp[0]],
+                    'query': re.sub(r'\[MASK\](?: \[MASK\])*', '[MASK]', e['query'])})
+    return out
+
+
+# %% ../../nbs/19_realm_pretraining.ipynb #37daa1d1
+@dataclass
+class SpanReaderConfig:
+    "Everything a span-reader run depends on (REALM §3.2's open-QA reader, trained on salient-span sentences)."
+    reader: str = 'minilm'  # the encoder's init: the MLM-continued MiniLM folder (its MLM head unused) or an alias
+    hidden: int = 256  # the span MLP's hidden width
+    l_max: int = 10  # the longest answer span in wordpieces
+    k: int = 5  # chunks read per training query (the retriever is frozen: p(z|x) fixed)
+    steps: int = 100
+    batch_size: int = 8  # queries per step
+    lr: float = 5e-5  # the encoder's peak learning rate
+    head_lr: float = 1e-3  # the span MLP's (it starts from random weights)
+    warmup: int = 10
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    seed: int = 0
+    profile: str = 'smoke'
+    out_dir: str | None = None  # default: data/cache/checkpoints/<profile>/span-reader
+    save_every: int = 50
+    keep_last: int = 1000  # checkpoints kept (the dev choice reads each)
+    log_every: int = 1
+    device: str | None = None
+
+    def __post_init__(self):
+        if min(self.steps, self.batch_size, self.k, self.l_max, self.save_every) < 1:
+            raise ValueError("steps, batch_size, k, l_max and save_every must be >= 1")
+
+_SPAN_FREE = ('out_dir', 'save_every', 'keep_last', 'log_every', 'device', 'profile')
+
+
+# %% ../../nbs/19_realm_pretraining.ipynb #3d89239c
+def _holds(tok, body: list, y: list, l_max: int) -> bool:
+    "Whether a candidate span of `body` (`span_candidates`) is exactly the wordpieces `y`."
+    return any(list(body[s:e + 1]) == list(y) for s, e in span_candidates(tok, body, l_max)
+               if e - s + 1 == len(y))
+
+@torch.no_grad()
+def span_training_rows(model: REALM, # its retriever (frozen) finds the chunks each query reads
+                       examples: list, # `span_examples` (with `exclude`: the rows of their own sentence)
+                       index: DocumentIndex, k: int, l_max: int = 10, batch_size: int = 64) -> dict:
+    "`{'rows' [N, k], 'log_pz' [N, k], 'answerable' [N]}`: each query's top-k chunks (its own excluded), log p(z|x)."
+    # answerable: whether one of the chunks holds the answer as a candidate span
+    x = [e['x_ids'] for e in examples]
+    q = torch.cat([model.embed_queries(x[a:a + batch_size]) for a in range(0, len(x), batch_size)])
+    q = q.float().cpu().numpy()
+    rows = mips(index.vectors, q, k, exclude=[e['exclude'] for e in examples])
+    f = torch.from_numpy(np.einsum('qd,qkd->qk', q, index.vectors[rows].astype(np.float32)))
+    cut = lambda e: model.max_len - len(e['x_ids']) - 1
+    ok = np.array([any(_holds(model.tok, index.bodies[r][:cut(e)], e['y_ids'], l_max) for r in rw)
+                   for e, rw in zip(examples, rows)])
+    return {'rows': rows, 'log_pz': f.log_softmax(-1).numpy(), 'answerable': ok}
+
+
+# %% ../../nbs/19_realm_pretraining.ipynb #cf15ab1d
+def span_loss(reader: SpanReader, tok, ex: list, # the batch's examples
+              rows: np.ndarray, log_pz: np.ndarray, # their `span_training_rows` rows and log p(z|x), [B, k]
+              bodies: list, max_len: int = 256) -> torch.Tensor:
+    "−log Σ_z p(z|x) p(y|z,x) of each query, `[B]` (p(y|z,x) from `answer_log_prob`; p(z|x) a constant)."
+    B, k = rows.shape
+    zs = [bodies[r] for rw in rows for r in rw]
+    spans, lps = span_log_probs(reader, tok, [e['x_ids'] for e in ex for _ in range(k)], zs, max_len)
+    lpy = torch.stack([answer_log_prob(spans[i], lps[i], zs[i], ex[i // k]['y_ids']) for i in range(B * k)]).view(B, k)
+    return -torch.logsumexp(torch.as_tensor(log_pz, dtype=lpy.dtype, device=lpy.device) + lpy, -1)
+
+
+# %% ../../nbs/19_realm_pretraining.ipynb #9dab41dc
+def _span_optimizer(reader: SpanReader, cfg: SpanReaderConfig):
+    named = list(reader.encoder.named_parameters())
+    decay = lambda n, p: p.ndim >= 2 and 'LayerNorm' not in n
+    groups = [{'params': [p for n, p in named if decay(n, p)], 'lr': cfg.lr, 'weight_decay': cfg.weight_decay},
+              {'params': [p for n, p in named if not decay(n, p)], 'lr': cfg.lr, 'weight_decay': 0.0},
+              {'params': list(reader.mlp.parameters()), 'lr': cfg.head_lr, 'weight_decay': 0.0}]
+    opt = torch.optim.AdamW(groups)
+    return opt, get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
+
+def save_span_checkpoint(out_dir, reader: SpanReader, tok, cfg: SpanReaderConfig, state: dict, opt=None,
+                         sched=None) -> Path:
+    "Write `checkpoint-<step>` atomically (a temporary folder, renamed): the reader, its config and trainer state."
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final, tmp = out_dir/f"checkpoint-{state['step']}", out_dir/f".tmp-checkpoint-{state['step']}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_span_reader(reader, tmp, tok)
+    atomic_write_json(tmp/'span_config.json', asdict(cfg))
+    torch.save({**state, 'rng': rng_state(), 'optimizer': opt.state_dict() if opt else None,
+                'scheduler': sched.state_dict() if sched else None}, tmp/'trainer_state.pt')
+    if final.exists(): shutil.rmtree(final)
+    tmp.rename(final)
+    return final
+
+def _span_resume(ckpt: Path, cfg: SpanReaderConfig, fp: str) -> dict:
+    "The trainer state of `ckpt` after checking it belongs to this run; a clear error otherwise."
+    state = load_state(Path(ckpt)/'trainer_state.pt', fix='use another checkpoint')
+    if state['data_fingerprint'] != fp:
+        raise ValueError(f"cannot resume from {ckpt}: it was trained on other queries or another corpus (data "
+                         f"fingerprint {state['data_fingerprint']}, now {fp}); use another out_dir or resume=False")
+    old = json.loads((Path(ckpt)/'span_config.json').read_text())
+    diff = {k: (old.get(k), v) for k, v in asdict(cfg).items() if k not in _SPAN_FREE and old.get(k) != v
+            and not (k == 'reader' and same_model_source(old.get(k), v))}
+    if diff: raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
+                              "use the same settings, another out_dir, or resume=False to start over")
+    return state
+
+
+# %% ../../nbs/19_realm_pretraining.ipynb #b2ea9079
+def train_span_reader(cfg: SpanReaderConfig,
+                      examples: list, # `span_examples`
+                      model: REALM, # the (pre-trained) REALM whose retriever picks the chunks; it is not trained here
+                      index: DocumentIndex, # the training corpus's chunks, embedded by `model`'s retriever
+                      resume: bool = True,
+                      stop_after: int | None = None, # end after this step as if interrupted (writes a checkpoint)
+                      progress: bool = True,
+                      deadline: float | None = None, # Unix time: save, raise `TrainingDeadline`
+                     ) -> Path:
+    "Train the span reader for `cfg.steps` steps on the queries whose top-k chunks hold their answer; the final folder."
+    device = cfg.device or default_device()
+    out = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir(cfg.profile, 'span-reader')
+    found = span_training_rows(model, examples, index, cfg.k, cfg.l_max)
+    use = np.flatnonzero(found['answerable'])
+    if len(use) < cfg.batch_size:
+        raise ValueError(f"{len(use)} of {len(examples)} training queries find their answer in their top-{cfg.k} "
+                         f"chunks, fewer than batch_size={cfg.batch_size}: more sentences, a larger k or corpus")
+    fp = data_fingerprint(examples, index.doc_ids) + f'-k{cfg.k}'
+    cks = run_checkpoints(out, resume)
+    state = {'step': 0, 'cursor': 0, 'data_fingerprint': fp, 'answerable': int(len(use)), 'queries': len(examples)}
+    if cks:
+        state = _span_resume(cks[-1], cfg, fp)
+        if state['step'] >= cfg.steps: return link_final(out, cks[-1])
+        reader = load_span_reader(cks[-1], device=device)
+    else:
+        if (out/'metrics.jsonl').exists(): (out/'metrics.jsonl').unlink()
+        reader = load_span_reader(cfg.reader, device=device, hidden=cfg.hidden, l_max=cfg.l_max, seed=cfg.seed)
+    truncate_metrics(out/'metrics.jsonl', state['step'])
+    run = CheckpointManager(out, cfg.steps, cfg.save_every, cfg.keep_last, stop_after, deadline, name='span reader')
+    reader.train()
+    opt, sched = _span_optimizer(reader, cfg)
+    restore_or_seed(state if cks else None, cfg.seed, opt, sched)
+    bs = cfg.batch_size
+    stream = BatchStream([use[a:a + bs].tolist() for a in range(0, len(use) - bs + 1, bs)], cfg.seed)
+    def save(): return save_span_checkpoint(out, reader, model.tok, cfg, state, opt, sched)
+    out.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=cfg.steps, initial=state['step'], disable=not progress, desc='span reader')
+    try:
+        while state['step'] < cfg.steps:
+            t0, c0 = time.perf_counter(), time.process_time()
+            idx = stream[state['cursor']]
+            state['cursor'] += 1
+            loss = span_loss(reader, model.tok, [examples[i] for i in idx], found['rows'][idx], found['log_pz'][idx],
+                             index.bodies, model.max_len).mean()
+            opt.zero_grad()
+            loss.backward()
+            gnorm = float(torch.nn.utils.clip_grad_norm_(reader.parameters(), cfg.clip))
+            opt.step()
+            sched.step()
+            state['step'] += 1
+            bar.update(1)
+            bar.set_postfix(loss=f'{loss.item():.2f}')
+            if state['step'] % cfg.log_every == 0 or state['step'] == cfg.steps:
+                append_jsonl(out/'metrics.jsonl', {'step': state['step'], 'loss': loss.item(), 'grad_norm': gnorm,
+                                                   'lr': sched.get_last_lr()[0], 'seconds': time.perf_counter() - t0,
+                                                   'cpu_seconds': time.process_time() - c0})
+            if run.step_done(state['step'], save): break
+    finally: bar.close()
+    return run.result(state['step'])
+
+
+# %% ../../nbs/19_realm_pretraining.ipynb #f28bb713
+def find_realm(profile: str, # whose checkpoints
+               realm: str = '', # '': 13_realm's main run; 'init': the untrained REALM; or a REALM folder
+               realm_every: int = 4, # 13_realm's refresh_every: names its main run's folder
+               device: str | None = None) -> tuple:
+    "`(REALM, what it is, its reader's folder)`: `profile`'s newest `realm-every<N>-*/final` (13's), the init, a folder."
+    from npm_nb.run.reference import trained_path
+    if realm == 'init':
+        mlm = trained_path(profile, 'mlm')
+        return (REALM.from_parts('minilm', str(mlm), device=device),
+                "init: MiniLM retriever, the profile's MLM reader, not pre-trained", mlm)
+    if realm: return REALM.from_pretrained(realm, device=device), str(realm), Path(realm)/'reader'
+    found = sorted(checkpoint_dir(profile, '').glob(f'realm-every{realm_every}-*/final'),
+                   key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise FileNotFoundError(f"no 13_realm checkpoint realm-every{realm_every}-*/final for profile {profile!r}: run "
+                                f"13_realm first (`python -m npm_nb.run.batch {profile}`), or pass realm='init'")
+    return REALM.from_pretrained(found[-1], device=device), f'13_realm {found[-1].parent.name}', found[-1]/'reader'
+
+def split_index(model: REALM, # its retriever embeds the chunks
+                names, tasks, # reference corpus names; open-set task names
+                split: str, per_bucket: int, store_per_bucket: int, # the split, its examples and its store (as 05)
+                seed: int = 0, max_tokens: int | None = None, max_mentions: int = 3, chunk_len: int = 48,
+                amp: str = 'none', device: str = 'cpu') -> tuple:
+    "`(examples by task, DocumentIndex, kept document ids)` of one open-set split: 05's draw of examples and its store."
+    from npm_nb.run.reference import open_examples, open_selection, reference_corpus, bf16_autocast
+    ex = open_examples(tasks, per_bucket, seed, split=split)
+    _, _, keep = open_selection(names, tasks, store_per_bucket, seed, max_mentions, split=split)
+    docs = reference_corpus(names, max_tokens or None, seed, model.tok, keep=keep)
+    with bf16_autocast(amp, device): z = DocumentIndex.build(docs, model.retriever, model.tok, chunk_len)
+    return ex, z, keep
+
+
+# %% ../../nbs/19_realm_pretraining.ipynb #a756fc73
+def npm_block_index(model: REALM, # its retriever embeds the blocks' chunks
+                    z: DocumentIndex, # the split's index (`split_index`): the blocks' chunks are added after its rows
+                    examples: dict, # task -> its examples (`query`, `is_question`), as 05 draws them
+                    profile: str, names, keep, # whose NPM; 05's store: its corpora and kept document ids
+                    k: int, # chunks read per query: a query whose blocks hold fewer reads all of `z`
+                    max_tokens: int | None = None, seed: int = 0, chunk_len: int = 48, amp: str = 'none',
+                    device: str = 'cpu', restrict_k: int = 3) -> tuple:
+    "`(z + the chunks of NPM's BM25 top-`restrict_k` blocks of every query, task -> each query's rows, chunks added)`."
+    import pandas as pd
+    from npm_nb.run.reference import (load_row_model, store_key, reference_datastore, reference_bm25,
+                                      bf16_autocast)
+    from npm_nb.npm.inference import block_texts, bm25_query
+    npm_ = load_row_model('npm', profile, device=device)
+    ds = reference_datastore(npm_, store_key('npm'), names, profile, max_tokens, remove_stopwords=True,
+                             seed=seed, progress=False, keep=keep, amp=amp)   # 05's store (cached by 05)
+    bm, texts = reference_bm25(ds), block_texts(ds)
+    hits = {t_: [bm.retrieve(bm25_query(q, f), restrict_k) for q, f in zip(d['query'], d['is_question'].astype(bool))]
+            for t_, d in examples.items()}   # NPM's own BM25 query and top blocks (05's `restrict_k`)
+    used = sorted({int(b) for h in hits.values() for bs in h for b in bs})
+    with bf16_autocast(amp, device):
+        zb = DocumentIndex.build(pd.DataFrame({'id': [str(b) for b in used], 'text': [texts[b] for b in used]}),
+                                 model.retriever, model.tok, chunk_len)
+    both = DocumentIndex({c: list(z.chunks[c]) + list(zb.chunks[c]) for c in zb.chunks},
+                         list(z.doc_ids) + list(zb.doc_ids), np.concatenate([z.vectors, zb.vectors]), z.fingerprint)
+    rows_of = {}
+    for r, i in enumerate(zb.chunks['doc_index']): rows_of.setdefault(used[i], []).append(len(z) + r)
+    # a query whose blocks hold fewer than k chunks (BM25 found no block) reads all of z, as NPM falls back
+    allowed = {t_: [a if len(a) >= k else range(len(z))
+                    for a in ([r for b in bs for r in rows_of.get(int(b), [])] for bs in h)] for t_, h in hits.items()}
+    return both, allowed, len(zb)
+
