@@ -862,7 +862,7 @@ def find_realm(profile: str, # whose checkpoints
                realm: str = '', # '': 13_realm's main run; 'init': the untrained REALM; or a REALM folder
                realm_every: int = 4, # 13_realm's refresh_every: names its main run's folder
                device: str | None = None) -> tuple:
-    "`(REALM, what it is, its reader's folder)`: `profile`'s newest `realm-every<N>-*/final` (13's), the init, a folder."
+    "`(REALM, what it is, its reader's folder)`: `profile`'s newest `realm-every<N>-*/final` (13's), init, or a folder."
     from npm_nb.run.reference import trained_path
     if realm == 'init':
         mlm = trained_path(profile, 'mlm')
