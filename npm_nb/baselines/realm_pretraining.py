@@ -32,8 +32,7 @@ __all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFR
            'regex_spans', 'salient_spans', 'sentences', 'realm_examples', 'IndexRefresher', 'RealmConfig',
            'same_model_source', 'data_fingerprint', 'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval',
            'IndexInUse', 'realm_step', 'train_realm', 'read_jsonl', 'plot_staleness', 'span_examples',
-           'SpanReaderConfig', 'span_training_rows', 'span_loss', 'save_span_checkpoint', 'train_span_reader',
-           'find_realm', 'split_index', 'npm_block_index']
+           'SpanReaderConfig', 'span_training_rows', 'span_loss', 'save_span_checkpoint', 'train_span_reader']
 
 # %% ../../nbs/19_realm_pretraining.ipynb #5347f580
 SPACY_LABELS = ('PERSON', 'NORP', 'FAC', 'ORG', 'GPE', 'LOC', 'PRODUCT', 'EVENT', 'WORK_OF_ART', 'LAW', 'LANGUAGE',
@@ -855,70 +854,4 @@ def train_span_reader(cfg: SpanReaderConfig,
             if run.step_done(state['step'], save): break
     finally: bar.close()
     return run.result(state['step'])
-
-
-# %% ../../nbs/19_realm_pretraining.ipynb #f28bb713
-def find_realm(profile: str, # whose checkpoints
-               realm: str = '', # '': 13_realm's main run; 'init': the untrained REALM; or a REALM folder
-               realm_every: int = 4, # 13_realm's refresh_every: names its main run's folder
-               device: str | None = None) -> tuple:
-    "`(REALM, what it is, its reader's folder)`: `profile`'s newest `realm-every<N>-*/final` (13's), init, or a folder."
-    from npm_nb.run.reference import trained_path
-    if realm == 'init':
-        mlm = trained_path(profile, 'mlm')
-        return (REALM.from_parts('minilm', str(mlm), device=device),
-                "init: MiniLM retriever, the profile's MLM reader, not pre-trained", mlm)
-    if realm: return REALM.from_pretrained(realm, device=device), str(realm), Path(realm)/'reader'
-    found = sorted(checkpoint_dir(profile, '').glob(f'realm-every{realm_every}-*/final'),
-                   key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise FileNotFoundError(f"no 13_realm checkpoint realm-every{realm_every}-*/final for profile {profile!r}: run "
-                                f"13_realm first (`python -m npm_nb.run.batch {profile}`), or pass realm='init'")
-    return REALM.from_pretrained(found[-1], device=device), f'13_realm {found[-1].parent.name}', found[-1]/'reader'
-
-def split_index(model: REALM, # its retriever embeds the chunks
-                names, tasks, # reference corpus names; open-set task names
-                split: str, per_bucket: int, store_per_bucket: int, # the split, its examples and its store (as 05)
-                seed: int = 0, max_tokens: int | None = None, max_mentions: int = 3, chunk_len: int = 48,
-                amp: str = 'none', device: str = 'cpu') -> tuple:
-    "`(examples by task, DocumentIndex, kept document ids)` of one open-set split: 05's draw of examples and its store."
-    from npm_nb.run.reference import open_examples, open_selection, reference_corpus, bf16_autocast
-    ex = open_examples(tasks, per_bucket, seed, split=split)
-    _, _, keep = open_selection(names, tasks, store_per_bucket, seed, max_mentions, split=split)
-    docs = reference_corpus(names, max_tokens or None, seed, model.tok, keep=keep)
-    with bf16_autocast(amp, device): z = DocumentIndex.build(docs, model.retriever, model.tok, chunk_len)
-    return ex, z, keep
-
-
-# %% ../../nbs/19_realm_pretraining.ipynb #a756fc73
-def npm_block_index(model: REALM, # its retriever embeds the blocks' chunks
-                    z: DocumentIndex, # the split's index (`split_index`): the blocks' chunks are added after its rows
-                    examples: dict, # task -> its examples (`query`, `is_question`), as 05 draws them
-                    profile: str, names, keep, # whose NPM; 05's store: its corpora and kept document ids
-                    k: int, # chunks read per query: a query whose blocks hold fewer reads all of `z`
-                    max_tokens: int | None = None, seed: int = 0, chunk_len: int = 48, amp: str = 'none',
-                    device: str = 'cpu', restrict_k: int = 3) -> tuple:
-    "`(z + the chunks of NPM's BM25 top-`restrict_k` blocks of every query, task -> each query's rows, chunks added)`."
-    import pandas as pd
-    from npm_nb.run.reference import (load_row_model, store_key, reference_datastore, reference_bm25,
-                                      bf16_autocast)
-    from npm_nb.npm.inference import block_texts, bm25_query
-    npm_ = load_row_model('npm', profile, device=device)
-    ds = reference_datastore(npm_, store_key('npm'), names, profile, max_tokens, remove_stopwords=True,
-                             seed=seed, progress=False, keep=keep, amp=amp)   # 05's store (cached by 05)
-    bm, texts = reference_bm25(ds), block_texts(ds)
-    hits = {t_: [bm.retrieve(bm25_query(q, f), restrict_k) for q, f in zip(d['query'], d['is_question'].astype(bool))]
-            for t_, d in examples.items()}   # NPM's own BM25 query and top blocks (05's `restrict_k`)
-    used = sorted({int(b) for h in hits.values() for bs in h for b in bs})
-    with bf16_autocast(amp, device):
-        zb = DocumentIndex.build(pd.DataFrame({'id': [str(b) for b in used], 'text': [texts[b] for b in used]}),
-                                 model.retriever, model.tok, chunk_len)
-    both = DocumentIndex({c: list(z.chunks[c]) + list(zb.chunks[c]) for c in zb.chunks},
-                         list(z.doc_ids) + list(zb.doc_ids), np.concatenate([z.vectors, zb.vectors]), z.fingerprint)
-    rows_of = {}
-    for r, i in enumerate(zb.chunks['doc_index']): rows_of.setdefault(used[i], []).append(len(z) + r)
-    # a query whose blocks hold fewer than k chunks (BM25 found no block) reads all of z, as NPM falls back
-    allowed = {t_: [a if len(a) >= k else range(len(z))
-                    for a in ([r for b in bs for r in rows_of.get(int(b), [])] for bs in h)] for t_, h in hits.items()}
-    return both, allowed, len(zb)
 
