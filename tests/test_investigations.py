@@ -194,18 +194,23 @@ def test_realm_reading_chooses_k_and_answer_length_on_dev_then_reads_test(tmp_pa
 
 @needs_data
 def test_realm_span_reader_trains_chooses_steps_and_k_on_dev_then_reads_test(tmp_path, monkeypatch, smoke_models):
-    "The span reader trained a few steps on the untrained REALM's retrieval (smoke has no 13_realm run here): every (steps, k) on dev against 13's one-mask REALM, the figure, then both readers on test, on the store and on NPM's blocks."
-    res = run('28_realm_span_reader', tmp_path, monkeypatch, realm='init')
+    "A REALM pre-trained here (ICT warm start, then salient spans) and the span reader trained a few steps on it (smoke has no 13_realm run here: the untrained REALM is 13's): every (steps, k) on dev against 13's one-mask REALM, the figure, then the readers on test, on the store and on NPM's blocks."
+    res = run('28_realm_span_reader', tmp_path, monkeypatch, realm='init', pretrain_steps=2, ict_steps=2, ict_batch=4,
+              pretrain_chunks=0, pretrain_sentences=8, pretrain_batch=2, refresh_every=1)
+    here = 'REALM pre-trained here (one mask)'
     dev = table(res, '28_realm_span_reader_dev')
-    assert dev[['reader', 'steps', 'k']].values.tolist() == [["13's REALM (one mask)", 0, 3], ['span reader', 2, 3],
-                                                           ['span reader', 2, 5], ['span reader', 4, 3], ['span reader', 4, 5]]
+    assert dev[['reader', 'steps', 'k']].values.tolist() == [["13's REALM (one mask)", 0, 3], [here, 0, 3],
+                                                           ['span reader', 2, 3], ['span reader', 2, 5],
+                                                           ['span reader', 4, 3], ['span reader', 4, 5]]
     assert dev['vs 13 (paired)'].iloc[0] == 0 and dev.criterion.between(0, 100).all() and (dev.n > 0).all()
     assert (dev[dev.reader == 'span reader']['empty (%)'] == 0).all()
     assert (res/'figures'/'28_realm_span_reader_dev.png').exists()
     test = table(res, '28_realm_span_reader_test')
-    assert test.reader.tolist() == ["13's REALM (one mask)", 'span reader', "13's REALM (one mask), NPM's blocks",
+    assert test.reader.tolist() == ["13's REALM (one mask)", here, 'span reader', here + ", NPM's blocks",
                                     "span reader, NPM's blocks"]
     assert test['vs 13 (paired)'].iloc[0] == 0 and (test.n == test.n.iloc[0]).all() and test.n.iloc[0] > 0
+    meta = json.loads((res/'tables'/'28_realm_span_reader_dev.meta.json').read_text())
+    assert 'ICT' in meta['scale']['REALM'] and 'pre-training' in meta['scale']['training']
 
 @needs_data
 def test_recipe_sweep_keeps_rows_stops_an_incomplete_grid_and_reuses_rows(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 import torch.multiprocessing as mp
 from tqdm.auto import tqdm
 from fastcore.basics import patch
@@ -25,14 +26,16 @@ from ..npm.training import (checkpoint_dir, BatchStream, link_final, run_checkpo
 from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents, doc_input_ids,
                                     join_bert, mips, reader_scores, retrieval_utility, marginal_log_likelihood,
                                     retrieval_weights, SpanReader, save_span_reader, load_span_reader,
-                                    span_candidates, span_log_probs, answer_log_prob)
+                                    span_candidates, span_log_probs, answer_log_prob, pad_ids, save_retriever,
+                                    load_retriever)
 
 # %% auto #0
 __all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFRESH_MODES', 'spacy_tagger', 'has_spacy',
            'regex_spans', 'salient_spans', 'sentences', 'realm_examples', 'IndexRefresher', 'RealmConfig',
            'same_model_source', 'data_fingerprint', 'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval',
            'IndexInUse', 'realm_step', 'train_realm', 'read_jsonl', 'plot_staleness', 'span_examples',
-           'SpanReaderConfig', 'span_training_rows', 'span_loss', 'save_span_checkpoint', 'train_span_reader']
+           'SpanReaderConfig', 'span_training_rows', 'span_loss', 'save_span_checkpoint', 'train_span_reader',
+           'ict_pairs', 'ict_loss', 'IctConfig', 'train_ict']
 
 # %% ../../nbs/19_realm_pretraining.ipynb #5347f580
 SPACY_LABELS = ('PERSON', 'NORP', 'FAC', 'ORG', 'GPE', 'LOC', 'PRODUCT', 'EVENT', 'WORK_OF_ART', 'LAW', 'LANGUAGE',
@@ -855,3 +858,86 @@ def train_span_reader(cfg: SpanReaderConfig,
     finally: bar.close()
     return run.result(state['step'])
 
+
+# %% ../../nbs/19_realm_pretraining.ipynb #b40eb4be
+def ict_pairs(chunks: dict, # from `chunk_documents` (`text`, `title`, `input_ids`)
+              tok, n: int, # pairs wanted (fewer if the chunks run out)
+              seed: int = 0,
+              keep_p: float = 0.1, # share of pairs whose chunk keeps the sentence (ORQA: 0.1)
+              min_words: int = 4, # a pseudo-query has at least this many words
+              rows: list | None = None, # the chunks to draw from (default: all)
+              max_query_len: int = 64) -> list:
+    "ICT pairs: dicts with `query_ids` (`[CLS] sentence [SEP]`), `doc_ids` (the chunk without it), `chunk`, `kept`."
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(chunks['text']) if rows is None else np.asarray(rows))
+    titles = tok(list(chunks['title']), add_special_tokens=False, verbose=False)['input_ids']
+    out = []
+    for i in order:
+        text = chunks['text'][i]
+        spans = sentences(text)
+        ok = [(a, b) for a, b in spans if len(text[a:b].split()) >= min_words]
+        if len(spans) < 2 or not ok: continue
+        a, b = ok[int(rng.integers(len(ok)))]
+        kept = bool(rng.random() < keep_p)
+        body = text if kept else (text[:a] + ' ' + text[b:]).strip()
+        body_ids = tok(body, add_special_tokens=False, verbose=False)['input_ids'][:len(chunks['input_ids'][i])]
+        q = tok(text[a:b], add_special_tokens=False, verbose=False)['input_ids'][:max_query_len - 2]
+        out.append(dict(query=text[a:b], query_ids=join_bert(tok, q), doc_ids=join_bert(tok, titles[i][:16], body_ids),
+                        chunk=int(i), kept=kept))
+        if len(out) == n: break
+    return out
+
+# %% ../../nbs/19_realm_pretraining.ipynb #7f16c02f
+def ict_loss(retriever: Retriever, batch: list, # `ict_pairs`
+             pad_id: int = 0) -> torch.Tensor:
+    "Mean in-batch ICT loss: every other pair's chunk is a negative of a query."
+    dev = next(retriever.parameters()).device
+    qi, qa, _ = pad_ids([e['query_ids'] for e in batch], pad_id)
+    di, da, _ = pad_ids([e['doc_ids'] for e in batch], pad_id)
+    f = retriever.embed_input(qi.to(dev), qa.to(dev)) @ retriever.embed_doc(di.to(dev), da.to(dev)).T
+    return F.cross_entropy(f, torch.arange(len(batch), device=dev))
+
+# %% ../../nbs/19_realm_pretraining.ipynb #305a4e69
+@dataclass
+class IctConfig:
+    "An ICT warm start of REALM's retriever (ORQA §4; REALM §3.4)."
+    retriever: str = 'minilm'  # the encoder it starts from (alias or folder), or a saved retriever
+    steps: int = 200
+    batch_size: int = 32  # pairs a step; the other pairs' chunks are the negatives (ORQA: 4096)
+    lr: float = 2e-5
+    warmup: int = 20
+    weight_decay: float = 0.01
+    clip: float = 2.0
+    seed: int = 0
+
+def train_ict(cfg: IctConfig, pairs: list, # `ict_pairs`
+              out_dir, # the retriever folder written (and the run's log)
+              pad_id: int = 0, device: str | None = None, progress: bool = True) -> Path:
+    "Train a retriever with the ICT loss for `cfg.steps` steps; its folder (kept as is if it already exists)."
+    out = Path(out_dir)
+    if (out/'retriever.json').exists() and (out/'ict.json').exists(): return out
+    if len(pairs) < cfg.batch_size: raise ValueError(f"{len(pairs)} ICT pairs for batch_size={cfg.batch_size}: "
+                                                     "cut more (ict_pairs' n or rows) or lower batch_size")
+    torch.manual_seed(cfg.seed)
+    r = load_retriever(cfg.retriever, device=device).train()
+    opt = torch.optim.AdamW([p for p in r.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
+    stream = BatchStream([list(range(a, a + cfg.batch_size)) for a in range(0, len(pairs) - cfg.batch_size + 1,
+                                                                           cfg.batch_size)], cfg.seed)
+    tmp = out.with_name(out.name + '.partial')
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for step in tqdm(range(cfg.steps), desc='ict', disable=not progress):
+        t0 = time.perf_counter()
+        loss = ict_loss(r, [pairs[i] for i in stream[step]], pad_id)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(r.parameters(), cfg.clip)
+        opt.step()
+        sched.step()
+        append_jsonl(tmp/'ict.jsonl', dict(step=step + 1, loss=loss.item(), seconds=time.perf_counter() - t0))
+    save_retriever(r.eval(), tmp)
+    atomic_write_json(tmp/'ict.json', dict(asdict(cfg), pairs=len(pairs)))
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out

@@ -10,9 +10,9 @@ import torch
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SAMPLE_STRIDE', 'BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'FP32_MAX_SHORTLIST', 'CHUNK_ROWS', 'GROUP',
-           'set_threads', 'available_memory', 'order_topk', 'merge_topk', 'ExactSearch', 'bf16_error_bound',
-           'fp32_shortlist', 'matmul_rate']
+__all__ = ['SAMPLE_STRIDE', 'BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'BF16_MIN_MARGIN', 'FP32_MAX_SHORTLIST',
+           'CHUNK_ROWS', 'GROUP', 'set_threads', 'available_memory', 'order_topk', 'merge_topk', 'ExactSearch',
+           'bf16_error_bound', 'bf16_margin', 'fp32_shortlist', 'matmul_rate']
 
 # %% ../../nbs/11_search.ipynb #bbd6e764
 def set_threads(threads: int = 0, # CPU threads for torch; 0: every core this process may run on
@@ -114,7 +114,7 @@ class ExactSearch:
                  precision: str | None = None, # CPU: 'bf16' (default if native), 'fp32'; GPU: 'fp16' (default), 'fp32'
                  chunk: int | None = None, # store rows a product (default: CPU 512 MiB of scores, GPU 2^26/queries)
                  query_batch: int | None = None, # queries a pass over the store (default: CPU 1024, GPU 2048)
-                 margin: int | None = None, # extra candidates rescored exactly (bf16 default 3k, fp16 default k/8 + 16)
+                 margin: int | None = None, # extra candidates rescored exactly (bf16: `bf16_margin(k)`; fp16: k/8 + 16)
                 ):
         self.vectors = getattr(vectors, 'vectors', vectors)
         if len(self.vectors.shape) != 2:
@@ -346,6 +346,14 @@ def _rows_of(self: ExactSearch, a: int, b: int, dtype):
 # bf16 only while the shortlist k + margin is at most N / this: past it, screening and rescoring (which grow with k)
 # cost about what bf16 saves (measured above)
 BF16_MAX_SHORTLIST = 256
+# the bf16 shortlist's margin is at least this: with 3k alone a small k certified too few queries at the first
+# shortlist and widened the rest (k = 10 on the cpu NPM's 308k-vector benchmark store, 1,000 held-out queries, AMX:
+# 51 widened, 1,270 q/s with a margin of 30; none widened, 4,030 q/s with 128; 3,956 with 190; k = 100: 3k = 300 best)
+BF16_MIN_MARGIN = 128
+
+def bf16_margin(k: int) -> int:
+    "Candidates beyond `k` in the certified bf16 shortlist: `3k`, and at least `BF16_MIN_MARGIN`."
+    return max(3 * k, BF16_MIN_MARGIN)
 # fp32, resident: the streamed shortlist while it is at most N / this (the sample's size); past it, the one product
 FP32_MAX_SHORTLIST = 16
 
@@ -430,7 +438,7 @@ def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
     st = dict(queries=0, certified=0, widened=0, fp32=0)
     for b in range(0, len(q), self.query_batch):
         qb = torch.from_numpy(q[b:b + self.query_batch])
-        K = min(self.n, k + (self.margin if self.margin is not None else 3 * k))   # the bf16 shortlist
+        K = min(self.n, k + (self.margin if self.margin is not None else bf16_margin(k)))   # the bf16 shortlist
         long_ = self.precision == 'bf16' and K * BF16_MAX_SHORTLIST > self.n         # too long: fp32 instead
         if long_ and self.X is not None and getattr(self, '_X32', None) is None:
             # a long shortlist: the fp32 product is faster; keep an fp32 copy if it fits
