@@ -11,8 +11,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SAMPLE_STRIDE', 'BF16_UNIT', 'SCORE_BYTES', 'BF16_MAX_SHORTLIST', 'BF16_MIN_MARGIN', 'FP32_MAX_SHORTLIST',
-           'CHUNK_ROWS', 'GROUP', 'set_threads', 'available_memory', 'order_topk', 'merge_topk', 'ExactSearch',
-           'bf16_error_bound', 'bf16_margin', 'fp32_shortlist', 'matmul_rate']
+           'CHUNK_ROWS', 'FP32_CHUNK_ROWS', 'GROUP', 'set_threads', 'available_memory', 'order_topk', 'merge_topk',
+           'ExactSearch', 'bf16_error_bound', 'bf16_margin', 'fp32_shortlist', 'matmul_rate']
 
 # %% ../../nbs/11_search.ipynb #bbd6e764
 def set_threads(threads: int = 0, # CPU threads for torch; 0: every core this process may run on
@@ -467,8 +467,13 @@ def _search_cpu(self, q, # queries `[Q, h]` float32 (numpy)
 from concurrent.futures import ThreadPoolExecutor
 
 CHUNK_ROWS = 8192    # CPU bf16: store rows a product (its `[Q, 8192]` scores stay in the core's caches)
+FP32_CHUNK_ROWS = 2048   # CPU fp32 (the streamed shortlist): fp32 scores take twice the room; `[1000, 2048]` is 8 MB
 GROUP = 32           # CPU bf16: a chunk's columns are screened in strided groups of 32, by their maximum
 _pools = {}
+
+def _chunk_rows(self, X) -> int:
+    "Store rows a product of the streamed search: `chunk` if set, else by the resident copy's dtype."
+    return int(self.chunk) if self.chunk else CHUNK_ROWS if X.dtype == torch.bfloat16 else FP32_CHUNK_ROWS
 
 def _above_flat(s, # bf16 (or fp32) scores `[Q, C]` of store rows `offset...`
                 thr, # per query `[Q, 1]`, same dtype
@@ -529,7 +534,8 @@ def _stream_top(self, qb, # bf16 queries `[Q, h]` (fp32 with an fp32 resident co
                 X=None, # the resident matrix walked (default `self.X`; an fp32 copy beside a bf16 one)
                ):
     "One worker: bf16 products over rows `a0:b0`, by chunks; the rows above the thresholds (flat), the last thresholds."
-    C, Q, X = int(self.chunk) if self.chunk else CHUNK_ROWS, len(qb), self.X if X is None else X
+    Q, X = len(qb), self.X if X is None else X
+    C = _chunk_rows(self, X)
     qs, vs, rs, cnt = [], [], [], torch.zeros(Q, dtype=torch.int64)
     for a in range(a0, b0, C):
         qi, v, r = _above_flat(qb @ X[a:min(b0, a + C)].T, thr, a)
@@ -580,7 +586,7 @@ def _bf16_shortlist(
             first, a0 = [_above_flat(s0, thr, 0)], ns  # the sample's rows: screened here, not scored again
     else:
         keep = None
-    C = int(self.chunk) if self.chunk else CHUNK_ROWS
+    C = _chunk_rows(self, X)
     w = max(1, min(torch.get_num_threads(), (self.n - a0) // C))
     cuts = [a0 + (self.n - a0) * i // w // GROUP * GROUP for i in range(w)] + [self.n]  # equal shares, whole groups
     g = None if gap is None else gap[:, None].float()
