@@ -103,7 +103,8 @@ def regex_spans(text: str) -> list:
 _LEAD_POS = ('DET', 'PRON', 'NUM', 'PART', 'PUNCT', 'ADP', 'CCONJ')
 
 def noun_spans(doc) -> list:
-    "A parsed sentence's common-noun phrases `(start, end, 'NOUN')`: its noun chunks headed by a common noun, less leading determiners, pronouns, numbers and stopwords."
+    "A parsed sentence's common-noun phrases `(start, end, 'NOUN')`: noun chunks headed by a common noun, trimmed."
+    # trimmed: leading determiners, pronouns, numbers and stopwords dropped ("the southern sky" -> "southern sky")
     out = []
     for nc in doc.noun_chunks:
         if nc.root.pos_ != 'NOUN': continue   # a proper noun's chunk is a named entity's (or none)
@@ -117,7 +118,7 @@ def salient_spans(texts: list, # sentences
                   batch_size: int = 64,
                   nouns: bool = False, # also the common-noun phrases (`noun_spans`; spaCy's parser)
                  ) -> list:
-    "Per text, the salient spans `(start, end, label)`: named entities and dates (and nouns), non-overlapping, in order."
+    "Per text, the salient spans `(start, end, label)`: named entities and dates (nouns), non-overlapping, in order."
     if tagger == 'auto': tagger = 'spacy' if has_spacy() else 'regex'
     if tagger not in ('spacy', 'regex'): raise ValueError(f"tagger={tagger!r}: use 'spacy', 'regex' or 'auto'")
     if nouns and tagger != 'spacy':
