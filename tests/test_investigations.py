@@ -194,9 +194,10 @@ def test_realm_reading_chooses_k_and_answer_length_on_dev_then_reads_test(tmp_pa
 
 @needs_data
 def test_realm_span_reader_trains_chooses_steps_and_k_on_dev_then_reads_test(tmp_path, monkeypatch, smoke_models):
-    "A REALM pre-trained here (ICT warm start, then salient spans) and the span reader trained a few steps on it (smoke has no 13_realm run here: the untrained REALM is 13's): every (steps, k) on dev against 13's one-mask REALM, the figure, then the readers on test, on the store and on NPM's blocks."
+    "A REALM pre-trained here (ICT warm start, then salient spans) and the span reader trained a few steps on it (on noun phrases too) (smoke has no 13_realm run here: the untrained REALM is 13's): every (steps, k) on dev against 13's one-mask REALM, the figure, then the readers on test, on the store and on NPM's blocks."
     res = run('28_realm_span_reader', tmp_path, monkeypatch, realm='init', pretrain_steps=2, ict_steps=2, ict_batch=4,
-              pretrain_chunks=0, pretrain_sentences=8, pretrain_batch=2, refresh_every=1)
+              pretrain_chunks=0, pretrain_sentences=8, pretrain_batch=2, refresh_every=1, tagger='spacy',
+              reader_spans='salient+nouns')   # pre-training on salient spans, the span reader on noun phrases too
     here = 'REALM pre-trained here (one mask)'
     dev = table(res, '28_realm_span_reader_dev')
     assert dev[['reader', 'steps', 'k']].values.tolist() == [["13's REALM (one mask)", 0, 3], [here, 0, 3],
@@ -211,6 +212,7 @@ def test_realm_span_reader_trains_chooses_steps_and_k_on_dev_then_reads_test(tmp
     assert test['vs 13 (paired)'].iloc[0] == 0 and (test.n == test.n.iloc[0]).all() and test.n.iloc[0] > 0
     meta = json.loads((res/'tables'/'28_realm_span_reader_dev.meta.json').read_text())
     assert 'ICT' in meta['scale']['REALM'] and 'pre-training' in meta['scale']['training']
+    assert 'salient+nouns-span sentences' in meta['scale']['training']
 
 @needs_data
 def test_recipe_sweep_keeps_rows_stops_an_incomplete_grid_and_reuses_rows(tmp_path, monkeypatch):
