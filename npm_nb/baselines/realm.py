@@ -317,9 +317,10 @@ class REALM(nn.Module):
         ids, att, _ = pad_ids(docs, self.tok.pad_token_id)
         d = self.retriever.embed_doc(ids.to(self.device), att.to(self.device))  # fresh Embed_doc of the candidates
         B = len(batch.x_ids)
-        dk = d[: B * k].view(B, k, -1)
-        f = torch.einsum('bd,bkd->bk', q, dk)
-        if null_doc: f = torch.cat([f, (q @ d[-1])[:, None]], 1)
+        with torch.autocast(self.device.type, enabled=False):   # relevance scores in fp32 under a training autocast
+            q32, d32 = q.float(), d.float()
+            f = torch.einsum('bd,bkd->bk', q32, d32[: B * k].view(B, k, -1))
+            if null_doc: f = torch.cat([f, (q32 @ d32[-1])[:, None]], 1)
         K = f.shape[1]
         bodies = [chunk_bodies[r] for r in rows.ravel()]
         pairs_x = [x for x in batch.x_ids for _ in range(K)]

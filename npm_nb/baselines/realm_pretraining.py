@@ -4,7 +4,7 @@
 
 # %% ../../nbs/19_realm_pretraining.ipynb #8ceaf994
 from __future__ import annotations
-import hashlib, json, math, os, re, shutil, time, random, dataclasses, argparse, queue
+import contextlib, hashlib, json, math, os, re, shutil, time, random, dataclasses, argparse, queue
 from dataclasses import dataclass, asdict
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +22,7 @@ from ..models import encoder_fingerprint, default_device, check_tokenizer
 from ..data.tasks import normalize_answer
 from ..npm.datastore import STOPWORDS
 from ..npm.training import (checkpoint_dir, BatchStream, link_final, run_checkpoints, restore_or_seed,
-                               CheckpointManager)
+                               CheckpointManager, amp_setup)
 from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents, doc_input_ids,
                                     join_bert, mips, reader_scores, retrieval_utility, marginal_log_likelihood,
                                     retrieval_weights, SpanReader, save_span_reader, load_span_reader,
@@ -30,12 +30,12 @@ from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents
                                     load_retriever)
 
 # %% auto #0
-__all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFRESH_MODES', 'spacy_tagger', 'spacy_parser',
-           'has_spacy', 'regex_spans', 'noun_spans', 'salient_spans', 'sentences', 'realm_examples', 'IndexRefresher',
-           'RealmConfig', 'same_model_source', 'data_fingerprint', 'save_realm_checkpoint', 'check_realm_resume',
-           'heldout_eval', 'IndexInUse', 'realm_step', 'train_realm', 'read_jsonl', 'plot_staleness', 'span_examples',
-           'SpanReaderConfig', 'span_training_rows', 'span_loss', 'save_span_checkpoint', 'train_span_reader',
-           'ict_pairs', 'ict_loss', 'IctConfig', 'train_ict']
+__all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFRESH_MODES', 'TRAIN_AMPS', 'spacy_tagger',
+           'spacy_parser', 'has_spacy', 'regex_spans', 'noun_spans', 'salient_spans', 'sentences', 'realm_examples',
+           'IndexRefresher', 'check_amp', 'RealmConfig', 'same_model_source', 'data_fingerprint',
+           'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval', 'IndexInUse', 'realm_step', 'train_realm',
+           'read_jsonl', 'plot_staleness', 'span_examples', 'SpanReaderConfig', 'span_training_rows', 'span_loss',
+           'save_span_checkpoint', 'train_span_reader', 'ict_pairs', 'ict_loss', 'IctConfig', 'train_ict']
 
 # %% ../../nbs/19_realm_pretraining.ipynb #5347f580
 SPACY_LABELS = ('PERSON', 'NORP', 'FAC', 'ORG', 'GPE', 'LOC', 'PRODUCT', 'EVENT', 'WORK_OF_ART', 'LAW', 'LANGUAGE',
@@ -329,6 +329,15 @@ REALM_PAPER = dict(steps=200_000, batch_size=512, lr=3e-5, k=8, refresh_every=50
 REFRESH_MODES = ('async', 'scheduled', 'sync', 'none')
 
 # %% ../../nbs/19_realm_pretraining.ipynb #a768e0d7
+TRAIN_AMPS = ('none', 'bf16')   # the training precisions of REALM's trainers (ICT, pre-training, span reader)
+
+def check_amp(amp: str) -> str:
+    "`amp` if REALM's trainers take it; a clear error otherwise."
+    if amp not in TRAIN_AMPS:
+        raise ValueError(f"amp={amp!r}: use 'none' (fp32) or 'bf16' (autocast: fast where the CPU has AVX512-BF16 or "
+                         "AMX, and on GPUs; scores and losses stay fp32)")
+    return amp
+
 @dataclass
 class RealmConfig:
     "Everything a REALM pre-training run depends on (`REALM_PAPER` has the paper's values)."
@@ -345,6 +354,7 @@ class RealmConfig:
     clip: float = 2.0
     refresh: str = 'async'  # 'async' (the paper's: swap when ready), 'scheduled' (next multiple of N), 'sync' or 'none'
     refresh_every: int = 10  # N: steps between index refreshes
+    amp: str = 'none'  # training autocast: 'none' (fp32) or 'bf16' (the encoders' products; scores, losses fp32)
     refresh_threads: int = 1  # torch threads of the background builder
     train_threads: int = 0  # torch threads of the trainer (0: leave as is)
     embed_batch_size: int = 64
@@ -359,6 +369,7 @@ class RealmConfig:
 
     def __post_init__(self):
         if self.refresh not in REFRESH_MODES: raise ValueError(f"refresh={self.refresh!r}: use one of {REFRESH_MODES}")
+        check_amp(self.amp)
         if self.refresh_every < 1 or self.steps < 1 or self.k < 1 or self.batch_size < 1:
             raise ValueError("refresh_every, steps, k and batch_size must be >= 1")
 
@@ -424,7 +435,7 @@ def check_realm_resume(ckpt: Path, cfg: RealmConfig, data_fp: str) -> dict:
             f"cannot resume from {ckpt}: it was trained on other examples or another corpus (data "
             f"fingerprint {state['data_fingerprint']}, now {data_fp}); use another out_dir or resume=False"
         )
-    old = json.loads((Path(ckpt)/'realm_config.json').read_text())
+    old = {**asdict(RealmConfig()), **json.loads((Path(ckpt)/'realm_config.json').read_text())}  # older: defaults
     diff = {k: (old.get(k), v) for k, v in asdict(cfg).items() if k not in _FREE and old.get(k) != v
             and not (k in _SOURCES and same_model_source(old.get(k), v))}
     if diff: raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
@@ -598,9 +609,13 @@ def _start_refresher(out: Path, model: REALM, doc_ids: list, cfg: RealmConfig, d
 
 # %% ../../nbs/19_realm_pretraining.ipynb #4c98f098
 def realm_step(model: REALM, ex: list, # the batch's examples
-               doc_ids: list, bodies: list, index: np.ndarray, opt, sched, cfg: RealmConfig) -> tuple:
+               doc_ids: list, bodies: list, index: np.ndarray, opt, sched, cfg: RealmConfig,
+               autocast=contextlib.nullcontext, # `amp_setup(cfg.amp, ...)`'s context factory: the forward runs in it
+              ) -> tuple:
     "One gradient step on −log p(y|x) of `ex`, retrieving from `index`; `(model outputs, loss, gradient norm)`."
-    o = model(RealmBatch.from_examples(ex), doc_ids, bodies, index, cfg.k, [e['exclude'] for e in ex], cfg.null_doc)
+    with autocast():
+        o = model(RealmBatch.from_examples(ex), doc_ids, bodies, index, cfg.k, [e['exclude'] for e in ex],
+                  cfg.null_doc)
     loss = -o['log_p'].mean()
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -652,6 +667,7 @@ def train_realm(cfg: RealmConfig,
     run = CheckpointManager(out, cfg.steps, cfg.save_every, cfg.keep_last, stop_after, deadline, name='realm')
     model.to(device).train()
     opt, sched = _optimizer(model, cfg)
+    autocast = amp_setup(cfg.amp, str(device))[0]
     restore_or_seed(state if cks else None, cfg.seed, opt, sched)
     bs = cfg.batch_size
     stream = BatchStream([list(range(a, a + bs)) for a in range(0, len(examples) - bs + 1, bs)], cfg.seed)
@@ -669,7 +685,7 @@ def train_realm(cfg: RealmConfig,
             w0 = iu.before_step(model, doc_ids)
             ex = [examples[i] for i in stream[state['cursor']]]
             state['cursor'] += 1
-            o, loss, gnorm = realm_step(model, ex, doc_ids, bodies, iu.vectors, opt, sched, cfg)
+            o, loss, gnorm = realm_step(model, ex, doc_ids, bodies, iu.vectors, opt, sched, cfg, autocast)
             state['step'] += 1
             bar.update(1)
             row = _step_row(o, ex, loss, gnorm, sched.get_last_lr()[0], state, t - state['index_step'], w0, t0, c0,
@@ -737,6 +753,7 @@ class SpanReaderConfig:
     weight_decay: float = 0.01
     clip: float = 1.0
     seed: int = 0
+    amp: str = 'none'  # training autocast: 'none' (fp32) or 'bf16' (the encoder's products; span scores fp32)
     profile: str = 'smoke'
     out_dir: str | None = None  # default: data/cache/checkpoints/<profile>/span-reader
     save_every: int = 50
@@ -747,6 +764,7 @@ class SpanReaderConfig:
     def __post_init__(self):
         if min(self.steps, self.batch_size, self.k, self.l_max, self.save_every) < 1:
             raise ValueError("steps, batch_size, k, l_max and save_every must be >= 1")
+        check_amp(self.amp)
 
 _SPAN_FREE = ('out_dir', 'save_every', 'keep_last', 'log_every', 'device', 'profile')
 
@@ -817,7 +835,7 @@ def _span_resume(ckpt: Path, cfg: SpanReaderConfig, fp: str) -> dict:
     if state['data_fingerprint'] != fp:
         raise ValueError(f"cannot resume from {ckpt}: it was trained on other queries or another corpus (data "
                          f"fingerprint {state['data_fingerprint']}, now {fp}); use another out_dir or resume=False")
-    old = json.loads((Path(ckpt)/'span_config.json').read_text())
+    old = {**asdict(SpanReaderConfig()), **json.loads((Path(ckpt)/'span_config.json').read_text())}  # older: defaults
     diff = {k: (old.get(k), v) for k, v in asdict(cfg).items() if k not in _SPAN_FREE and old.get(k) != v
             and not (k == 'reader' and same_model_source(old.get(k), v))}
     if diff: raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
@@ -857,6 +875,7 @@ def train_span_reader(cfg: SpanReaderConfig,
     run = CheckpointManager(out, cfg.steps, cfg.save_every, cfg.keep_last, stop_after, deadline, name='span reader')
     reader.train()
     opt, sched = _span_optimizer(reader, cfg)
+    autocast = amp_setup(cfg.amp, str(device))[0]
     restore_or_seed(state if cks else None, cfg.seed, opt, sched)
     bs = cfg.batch_size
     stream = BatchStream([use[a:a + bs].tolist() for a in range(0, len(use) - bs + 1, bs)], cfg.seed)
@@ -868,8 +887,9 @@ def train_span_reader(cfg: SpanReaderConfig,
             t0, c0 = time.perf_counter(), time.process_time()
             idx = stream[state['cursor']]
             state['cursor'] += 1
-            loss = span_loss(reader, model.tok, [examples[i] for i in idx], found['rows'][idx], found['log_pz'][idx],
-                             index.bodies, model.max_len).mean()
+            with autocast():
+                loss = span_loss(reader, model.tok, [examples[i] for i in idx], found['rows'][idx],
+                                 found['log_pz'][idx], index.bodies, model.max_len).mean()
             opt.zero_grad()
             loss.backward()
             gnorm = float(torch.nn.utils.clip_grad_norm_(reader.parameters(), cfg.clip))
@@ -922,8 +942,9 @@ def ict_loss(retriever: Retriever, batch: list, # `ict_pairs`
     dev = next(retriever.parameters()).device
     qi, qa, _ = pad_ids([e['query_ids'] for e in batch], pad_id)
     di, da, _ = pad_ids([e['doc_ids'] for e in batch], pad_id)
-    f = retriever.embed_input(qi.to(dev), qa.to(dev)) @ retriever.embed_doc(di.to(dev), da.to(dev)).T
-    return F.cross_entropy(f, torch.arange(len(batch), device=dev))
+    q, d = retriever.embed_input(qi.to(dev), qa.to(dev)), retriever.embed_doc(di.to(dev), da.to(dev))
+    with torch.autocast(dev.type, enabled=False):   # the scores and the loss in fp32 under a training autocast
+        return F.cross_entropy(q.float() @ d.float().T, torch.arange(len(batch), device=dev))
 
 # %% ../../nbs/19_realm_pretraining.ipynb #305a4e69
 @dataclass
@@ -937,6 +958,9 @@ class IctConfig:
     weight_decay: float = 0.01
     clip: float = 2.0
     seed: int = 0
+    amp: str = 'none'  # training autocast: 'none' (fp32) or 'bf16' (the encoders' products; scores fp32)
+
+    def __post_init__(self): check_amp(self.amp)
 
 def train_ict(cfg: IctConfig, pairs: list, # `ict_pairs`
               out_dir, # the retriever folder written (and the run's log)
@@ -948,6 +972,7 @@ def train_ict(cfg: IctConfig, pairs: list, # `ict_pairs`
                                                      "cut more (ict_pairs' n or rows) or lower batch_size")
     torch.manual_seed(cfg.seed)
     r = load_retriever(cfg.retriever, device=device).train()
+    autocast = amp_setup(cfg.amp, str(next(r.parameters()).device))[0]
     opt = torch.optim.AdamW([p for p in r.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
     stream = BatchStream([list(range(a, a + cfg.batch_size)) for a in range(0, len(pairs) - cfg.batch_size + 1,
@@ -957,7 +982,7 @@ def train_ict(cfg: IctConfig, pairs: list, # `ict_pairs`
     tmp.mkdir(parents=True)
     for step in tqdm(range(cfg.steps), desc='ict', disable=not progress):
         t0 = time.perf_counter()
-        loss = ict_loss(r, [pairs[i] for i in stream[step]], pad_id)
+        with autocast(): loss = ict_loss(r, [pairs[i] for i in stream[step]], pad_id)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(r.parameters(), cfg.clip)
