@@ -32,7 +32,7 @@ from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents
 # %% auto #0
 __all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFRESH_MODES', 'TRAIN_AMPS', 'spacy_tagger',
            'spacy_parser', 'has_spacy', 'regex_spans', 'noun_spans', 'salient_spans', 'sentences', 'realm_examples',
-           'IndexRefresher', 'check_amp', 'RealmConfig', 'same_model_source', 'data_fingerprint',
+           'IndexRefresher', 'InProcessRefresher', 'check_amp', 'RealmConfig', 'same_model_source', 'data_fingerprint',
            'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval', 'IndexInUse', 'realm_step', 'train_realm',
            'read_jsonl', 'plot_staleness', 'span_examples', 'SpanReaderConfig', 'span_training_rows', 'span_loss',
            'save_span_checkpoint', 'train_span_reader', 'ict_pairs', 'ict_loss', 'IctConfig', 'train_ict']
@@ -322,6 +322,57 @@ def close(self: IndexRefresher):
             self.proc.terminate()
             self.proc.join(5)
 
+# %% ../../nbs/19_realm_pretraining.ipynb #353dea0d
+class InProcessRefresher:
+    "The index builder's work done in the trainer's process at `submit`, its result held until `poll` (no process)."
+    def __init__(self, workdir, # a folder for snapshots (a checkpoint keeps the pending one, as the builder's)
+                 retriever: Retriever, doc_ids: list, pad_id: int = 0, batch_size: int = 64,
+                 amp: str = 'none'): # the embedding's precision: 'none' (fp32) or 'bf16' autocast
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.doc_ids, self.pad_id, self.batch_size, self.amp = doc_ids, pad_id, batch_size, check_amp(amp)
+        self._copy = None   # a retriever that reads a snapshot file (a resumed run's pending one)
+        self._template = retriever
+        self.pending, self._done, self.log = None, None, []
+    busy = property(lambda self: self.pending is not None)
+    snapshot = IndexRefresher.snapshot
+    def __enter__(self): return self
+    def __exit__(self, *a): self.close()
+    def close(self): pass
+
+@patch
+def submit(self: InProcessRefresher, retriever: Retriever | None, step: int, snapshot=None):
+    "Embed the corpus now with `retriever` (or the snapshot file's weights) taken at `step`; held until `poll`."
+    if self.busy: raise RuntimeError(f"the index builder is still busy with step {self.pending['step']}")
+    p = Path(snapshot) if snapshot is not None else self.snapshot(retriever, step)
+    self.pending = {'step': step, 'snapshot': str(p), 'sent': time.perf_counter()}
+    if snapshot is not None:   # a resumed run: the weights of the step it was taken at
+        if self._copy is None:
+            import copy
+            self._copy = copy.deepcopy(self._template)
+        sd = torch.load(p, map_location='cpu', weights_only=True)
+        self._copy.doc_encoder.load_state_dict({k[len('doc_encoder.'):]: v for k, v in sd.items()
+                                                if k.startswith('doc_encoder.')})
+        self._copy.W_doc.load_state_dict({k[len('W_doc.'):]: v for k, v in sd.items() if k.startswith('W_doc.')})
+        retriever = self._copy
+    t0, c0 = time.perf_counter(), time.process_time()
+    dev = next(retriever.parameters()).device
+    with torch.no_grad(), amp_setup(self.amp, str(dev))[0]():
+        v = embed_documents(retriever, self.doc_ids, self.pad_id, self.batch_size)
+    self._done = {'step': step, 'vectors': v, 'seconds': time.perf_counter() - t0,
+                  'cpu_seconds': time.process_time() - c0}
+
+@patch
+def poll(self: InProcessRefresher, block: bool = False, # as `IndexRefresher.poll`'s: the index is ready at `submit`
+         timeout: float = 3600) -> dict | None:
+    "The index embedded at the last `submit` (`{'step', 'vectors', 'seconds', ...}`), or None if none is pending."
+    del block, timeout   # nothing to wait for
+    if not self.busy: return None
+    done = {**self._done, 'latency': time.perf_counter() - self.pending['sent'], 'snapshot': self.pending['snapshot']}
+    self.pending, self._done = None, None
+    self.log.append({k: x for k, x in done.items() if k != 'vectors'})
+    return done
+
 # %% ../../nbs/19_realm_pretraining.ipynb #8d1dc968
 REALM_PAPER = dict(steps=200_000, batch_size=512, lr=3e-5, k=8, refresh_every=500, query_len=96, chunk_len=288,
                    max_masks=10)  # §4.3, §4.5 and the TF release's launcher (docs/reference.md §6.1); k counts ∅
@@ -355,7 +406,7 @@ class RealmConfig:
     refresh: str = 'async'  # 'async' (the paper's: swap when ready), 'scheduled' (next multiple of N), 'sync' or 'none'
     refresh_every: int = 10  # N: steps between index refreshes
     amp: str = 'none'  # training autocast: 'none' (fp32) or 'bf16' (the encoders' products; scores, losses fp32)
-    refresh_threads: int = 1  # torch threads of the background builder
+    refresh_threads: int = 1  # torch threads of the background builder (0: none, `InProcessRefresher`: for 2 cores)
     train_threads: int = 0  # torch threads of the trainer (0: leave as is)
     embed_batch_size: int = 64
     eval_every: int = 0  # held-out evaluation every this many steps (0: start and end only)
@@ -592,11 +643,14 @@ def before_step(self: IndexInUse, model: REALM, doc_ids: list) -> float:
 # %% ../../nbs/19_realm_pretraining.ipynb #30174a11
 def _start_refresher(out: Path, model: REALM, doc_ids: list, cfg: RealmConfig, device,
                      pending, # `(snapshot file, step)` the checkpoint's builder was embedding, or None
-                    ) -> IndexRefresher | None:
-    "The background index builder of `cfg.refresh` (None for `sync`, `none`), given a resumed run's pending snapshot."
+                    ) -> IndexRefresher | InProcessRefresher | None:
+    "The index builder of `cfg.refresh` (None for `sync`, `none`), given a resumed run's pending snapshot."
     if cfg.refresh not in ('async', 'scheduled'): return None
-    refresher = IndexRefresher(out/'refresh', model.retriever, doc_ids, model.tok.pad_token_id, cfg.refresh_threads,
-                               cfg.embed_batch_size, device)
+    if cfg.refresh_threads == 0:   # the trainer's process embeds at the snapshot step (few cores)
+        refresher = InProcessRefresher(out/'refresh', model.retriever, doc_ids, model.tok.pad_token_id,
+                                       cfg.embed_batch_size, cfg.amp)
+    else: refresher = IndexRefresher(out/'refresh', model.retriever, doc_ids, model.tok.pad_token_id,
+                                     cfg.refresh_threads, cfg.embed_batch_size, device)
     if pending is not None:  # hand the builder the snapshot it had when the checkpoint was written
         snap = out/'refresh'/f'snapshot-{pending[1]}.pt'
         if not (snap.exists() and os.path.samefile(pending[0], snap)): shutil.copy(pending[0], snap)
