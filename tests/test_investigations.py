@@ -194,22 +194,26 @@ def test_realm_reading_chooses_k_and_answer_length_on_dev_then_reads_test(tmp_pa
 
 @needs_data
 def test_realm_span_reader_trains_chooses_steps_and_k_on_dev_then_reads_test(tmp_path, monkeypatch, smoke_models):
-    "A REALM pre-trained here (ICT warm start, then salient spans) and the span reader trained a few steps on it (on noun phrases too) (smoke has no 13_realm run here: the untrained REALM is 13's): every (steps, k) on dev against 13's one-mask REALM, the figure, then the readers on test, on the store and on NPM's blocks."
+    "A REALM pre-trained here (ICT warm start, then salient spans) and the span reader trained a few steps on it (on noun phrases too) (smoke has no 13_realm run here: the untrained REALM is the paired baseline, as in the cpu profile): every (steps, k) on dev against the baseline's one mask, the figure, then the readers on test, on the store and on NPM's blocks."
     res = run('28_realm_span_reader', tmp_path, monkeypatch, realm='init', pretrain_steps=2, ict_steps=2, ict_batch=4,
               pretrain_chunks=0, pretrain_sentences=8, pretrain_batch=2, refresh_every=1, tagger='spacy',
               reader_spans='salient+nouns')   # pre-training on salient spans, the span reader on noun phrases too
     here = 'REALM pre-trained here (one mask)'
     dev = table(res, '28_realm_span_reader_dev')
-    assert dev[['reader', 'steps', 'k']].values.tolist() == [["13's REALM (one mask)", 0, 3], [here, 0, 3],
+    base = 'the untrained REALM (one mask)'
+    assert dev[['reader', 'steps', 'k']].values.tolist() == [[base, 0, 3], [here, 0, 3],
                                                            ['span reader', 2, 3], ['span reader', 2, 5],
                                                            ['span reader', 4, 3], ['span reader', 4, 5]]
-    assert dev['vs 13 (paired)'].iloc[0] == 0 and dev.criterion.between(0, 100).all() and (dev.n > 0).all()
+    assert dev['vs baseline (paired)'].iloc[0] == 0 and dev.criterion.between(0, 100).all() and (dev.n > 0).all()
     assert (dev[dev.reader == 'span reader']['empty (%)'] == 0).all()
     assert (res/'figures'/'28_realm_span_reader_dev.png').exists()
     test = table(res, '28_realm_span_reader_test')
-    assert test.reader.tolist() == ["13's REALM (one mask)", here, 'span reader', here + ", NPM's blocks",
+    assert test.reader.tolist() == [base, here, 'span reader', here + ", NPM's blocks",
                                     "span reader, NPM's blocks"]
-    assert test['vs 13 (paired)'].iloc[0] == 0 and (test.n == test.n.iloc[0]).all() and test.n.iloc[0] > 0
+    assert test['vs baseline (paired)'].iloc[0] == 0 and (test.n == test.n.iloc[0]).all() and test.n.iloc[0] > 0
+    ex = pd.read_csv(res/'tables'/'28_realm_span_reader.examples.csv')   # 14's rows: one a system and test example
+    assert set(ex.system) == {'REALM (span reader, dev-chosen)', "REALM span reader on NPM's BM25 top-3 blocks", here}
+    assert (ex.groupby('system').size() == test.n.iloc[0]).all() and not ex.duplicated(['task', 'system', 'key']).any()
     meta = json.loads((res/'tables'/'28_realm_span_reader_dev.meta.json').read_text())
     assert 'ICT' in meta['scale']['REALM'] and 'pre-training' in meta['scale']['training']
     assert 'salient+nouns-span sentences' in meta['scale']['training']
