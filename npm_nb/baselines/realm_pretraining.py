@@ -280,12 +280,17 @@ def snapshot(self: IndexRefresher, retriever: Retriever, step: int) -> Path:
     return p
 
 # %% ../../nbs/19_realm_pretraining.ipynb #9049a646
+def _take_snapshot(builder, retriever: Retriever | None, step: int, snapshot=None) -> Path:
+    "The snapshot file of `step` a builder is handed (written from `retriever` unless given), now its pending one."
+    if builder.busy: raise RuntimeError(f"the index builder is still busy with step {builder.pending['step']}")
+    p = Path(snapshot) if snapshot is not None else builder.snapshot(retriever, step)
+    builder.pending = {'step': step, 'snapshot': str(p), 'sent': time.perf_counter()}
+    return p
+
 @patch
 def submit(self: IndexRefresher, retriever: Retriever | None, step: int, snapshot=None):
     "Hand the builder a snapshot of `retriever` (or an existing snapshot file) taken at `step`."
-    if self.busy: raise RuntimeError(f"the index builder is still busy with step {self.pending['step']}")
-    p = Path(snapshot) if snapshot is not None else self.snapshot(retriever, step)
-    self.pending = {'step': step, 'snapshot': str(p), 'sent': time.perf_counter()}
+    p = _take_snapshot(self, retriever, step, snapshot)
     self.req.put({'step': step, 'snapshot': str(p)})
 
 # %% ../../nbs/19_realm_pretraining.ipynb #aebc3ec4
@@ -343,9 +348,7 @@ class InProcessRefresher:
 @patch
 def submit(self: InProcessRefresher, retriever: Retriever | None, step: int, snapshot=None):
     "Embed the corpus now with `retriever` (or the snapshot file's weights) taken at `step`; held until `poll`."
-    if self.busy: raise RuntimeError(f"the index builder is still busy with step {self.pending['step']}")
-    p = Path(snapshot) if snapshot is not None else self.snapshot(retriever, step)
-    self.pending = {'step': step, 'snapshot': str(p), 'sent': time.perf_counter()}
+    p = _take_snapshot(self, retriever, step, snapshot)
     if snapshot is not None:   # a resumed run: the weights of the step it was taken at
         if self._copy is None:
             import copy
