@@ -217,6 +217,13 @@ def realm_examples(chunks: dict, # from `chunk_documents` (the knowledge corpus;
     return out
 
 # %% ../../nbs/19_realm_pretraining.ipynb #93d1248b
+def _load_doc_side(r: Retriever, snapshot) -> Retriever:
+    "`r` with Embed_doc's weights from a snapshot file (`IndexRefresher.snapshot`)."
+    sd = torch.load(snapshot, map_location='cpu', weights_only=True)
+    r.doc_encoder.load_state_dict({k[len('doc_encoder.'):]: v for k, v in sd.items() if k.startswith('doc_encoder.')})
+    r.W_doc.load_state_dict({k[len('W_doc.'):]: v for k, v in sd.items() if k.startswith('W_doc.')})
+    return r
+
 def _refresh_worker(workdir: str, threads: int, batch_size: int, pad_id: int, req_q, res_q, device: str = 'cpu'):
     "The index builder's loop (runs in the background process)."
     torch.set_num_threads(max(1, threads))
@@ -229,12 +236,7 @@ def _refresh_worker(workdir: str, threads: int, batch_size: int, pad_id: int, re
         req = req_q.get()
         if req is None: break
         try:
-            sd = torch.load(req['snapshot'], map_location='cpu', weights_only=True)
-            # copied onto `device`
-            r.doc_encoder.load_state_dict(
-                {k[len('doc_encoder.') :]: v for k, v in sd.items() if k.startswith('doc_encoder.')}
-            )
-            r.W_doc.load_state_dict({k[len('W_doc.'):]: v for k, v in sd.items() if k.startswith('W_doc.')})
+            _load_doc_side(r, req['snapshot'])   # copied onto `device`
             t0, c0 = time.perf_counter(), time.process_time()
             v = embed_documents(r, doc_ids, pad_id, batch_size)
             out = w/f"index-{req['step']}.npy"
@@ -353,11 +355,7 @@ def submit(self: InProcessRefresher, retriever: Retriever | None, step: int, sna
         if self._copy is None:
             import copy
             self._copy = copy.deepcopy(self._template)
-        sd = torch.load(p, map_location='cpu', weights_only=True)
-        self._copy.doc_encoder.load_state_dict({k[len('doc_encoder.'):]: v for k, v in sd.items()
-                                                if k.startswith('doc_encoder.')})
-        self._copy.W_doc.load_state_dict({k[len('W_doc.'):]: v for k, v in sd.items() if k.startswith('W_doc.')})
-        retriever = self._copy
+        retriever = _load_doc_side(self._copy, p)
     t0, c0 = time.perf_counter(), time.process_time()
     dev = next(retriever.parameters()).device
     with torch.no_grad(), amp_setup(self.amp, str(dev))[0]():
