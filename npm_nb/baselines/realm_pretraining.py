@@ -33,9 +33,10 @@ from .realm import (REALM, Retriever, RealmBatch, DocumentIndex, embed_documents
 __all__ = ['SPACY_LABELS', 'DATE_RE', 'CAPS_RE', 'SENT_RE', 'REALM_PAPER', 'REFRESH_MODES', 'TRAIN_AMPS', 'spacy_tagger',
            'spacy_parser', 'has_spacy', 'regex_spans', 'noun_spans', 'salient_spans', 'sentences', 'realm_examples',
            'IndexRefresher', 'InProcessRefresher', 'check_amp', 'RealmConfig', 'same_model_source', 'data_fingerprint',
-           'save_realm_checkpoint', 'check_realm_resume', 'heldout_eval', 'IndexInUse', 'realm_step', 'train_realm',
-           'read_jsonl', 'plot_staleness', 'span_examples', 'SpanReaderConfig', 'span_training_rows', 'span_loss',
-           'save_span_checkpoint', 'train_span_reader', 'ict_pairs', 'ict_loss', 'IctConfig', 'train_ict']
+           'write_checkpoint', 'save_realm_checkpoint', 'resume_state', 'check_realm_resume', 'heldout_eval',
+           'IndexInUse', 'realm_step', 'train_realm', 'read_jsonl', 'plot_staleness', 'span_examples',
+           'SpanReaderConfig', 'span_training_rows', 'span_loss', 'save_span_checkpoint', 'train_span_reader',
+           'ict_pairs', 'ict_loss', 'IctConfig', 'ict_fingerprint', 'train_ict']
 
 # %% ../../nbs/19_realm_pretraining.ipynb #5347f580
 SPACY_LABELS = ('PERSON', 'NORP', 'FAC', 'ORG', 'GPE', 'LOC', 'PRODUCT', 'EVENT', 'WORK_OF_ART', 'LAW', 'LANGUAGE',
@@ -455,19 +456,15 @@ def data_fingerprint(examples: list, doc_ids: list) -> str:
     return h.hexdigest()[:16]
 
 # %% ../../nbs/19_realm_pretraining.ipynb #034a3f35
-def save_realm_checkpoint(out_dir, model: REALM, cfg: RealmConfig, state: dict, index: np.ndarray,
-                          opt=None, sched=None, pending_snapshot=None) -> Path:
-    "Write `checkpoint-<step>` atomically (a temporary folder, renamed): model, trainer state, index, pending snapshot."
+def write_checkpoint(out_dir, state: dict, # the trainer state (its 'step' names the folder)
+                     write, # `write(folder)` puts the model, its config and what else the run needs in `folder`
+                     opt=None, sched=None) -> Path:
+    "Write `checkpoint-<step>` atomically (a temporary folder, renamed): `write`'s files, then the trainer state."
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     final, tmp = out_dir/f"checkpoint-{state['step']}", out_dir/f".tmp-checkpoint-{state['step']}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    atomic_write_json(tmp/'realm_config.json', asdict(cfg))
-    np.save(tmp/'index.npy', index)
-    if pending_snapshot is not None:
-        try: os.link(pending_snapshot, tmp/'pending-snapshot.pt')
-        except OSError: shutil.copy(pending_snapshot, tmp/'pending-snapshot.pt')
+    write(tmp)
     torch.save({**state, 'rng': rng_state(), 'optimizer': opt.state_dict() if opt else None,
                 'scheduler': sched.state_dict() if sched else None}, tmp/'trainer_state.pt')
     if final.exists():
@@ -478,21 +475,40 @@ def save_realm_checkpoint(out_dir, model: REALM, cfg: RealmConfig, state: dict, 
     else: tmp.rename(final)
     return final
 
+def save_realm_checkpoint(out_dir, model: REALM, cfg: RealmConfig, state: dict, index: np.ndarray,
+                          opt=None, sched=None, pending_snapshot=None) -> Path:
+    "Write `checkpoint-<step>` atomically (a temporary folder, renamed): model, trainer state, index, pending snapshot."
+    def write(tmp: Path):
+        model.save_pretrained(tmp)
+        atomic_write_json(tmp/'realm_config.json', asdict(cfg))
+        np.save(tmp/'index.npy', index)
+        if pending_snapshot is not None:
+            try: os.link(pending_snapshot, tmp/'pending-snapshot.pt')
+            except OSError: shutil.copy(pending_snapshot, tmp/'pending-snapshot.pt')
+    return write_checkpoint(out_dir, state, write, opt, sched)
+
 # %% ../../nbs/19_realm_pretraining.ipynb #2e3376de
-def check_realm_resume(ckpt: Path, cfg: RealmConfig, data_fp: str) -> dict:
-    "The trainer state of `ckpt` after checking it belongs to this run; a clear error otherwise."
+def resume_state(ckpt: Path, cfg, # a trainer's config dataclass (its defaults fill an older checkpoint's gaps)
+                 data_fp: str, config_file: str, # the checkpoint's copy of `cfg`
+                 free: tuple = (), # settings that may change on resume (where and how often it writes, threads)
+                 what: str = 'examples') -> dict:
+    "The trainer state of `ckpt` after checking it belongs to this run (data and settings); a clear error otherwise."
     state = load_state(Path(ckpt)/'trainer_state.pt', fix='use another checkpoint')
     if state['data_fingerprint'] != data_fp:
         raise ValueError(
-            f"cannot resume from {ckpt}: it was trained on other examples or another corpus (data "
+            f"cannot resume from {ckpt}: it was trained on other {what} or another corpus (data "
             f"fingerprint {state['data_fingerprint']}, now {data_fp}); use another out_dir or resume=False"
         )
-    old = {**asdict(RealmConfig()), **json.loads((Path(ckpt)/'realm_config.json').read_text())}  # older: defaults
-    diff = {k: (old.get(k), v) for k, v in asdict(cfg).items() if k not in _FREE and old.get(k) != v
+    old = {**asdict(type(cfg)()), **json.loads((Path(ckpt)/config_file).read_text())}  # older: defaults
+    diff = {k: (old.get(k), v) for k, v in asdict(cfg).items() if k not in free and old.get(k) != v
             and not (k in _SOURCES and same_model_source(old.get(k), v))}
     if diff: raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
                               "use the same settings, another out_dir, or resume=False to start over")
     return state
+
+def check_realm_resume(ckpt: Path, cfg: RealmConfig, data_fp: str) -> dict:
+    "The trainer state of `ckpt` after checking it belongs to this run; a clear error otherwise."
+    return resume_state(ckpt, cfg, data_fp, 'realm_config.json', _FREE)
 
 # %% ../../nbs/19_realm_pretraining.ipynb #b46a4c72
 @torch.no_grad()
@@ -872,30 +888,14 @@ def _span_optimizer(reader: SpanReader, cfg: SpanReaderConfig):
 def save_span_checkpoint(out_dir, reader: SpanReader, tok, cfg: SpanReaderConfig, state: dict, opt=None,
                          sched=None) -> Path:
     "Write `checkpoint-<step>` atomically (a temporary folder, renamed): the reader, its config and trainer state."
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    final, tmp = out_dir/f"checkpoint-{state['step']}", out_dir/f".tmp-checkpoint-{state['step']}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_span_reader(reader, tmp, tok)
-    atomic_write_json(tmp/'span_config.json', asdict(cfg))
-    torch.save({**state, 'rng': rng_state(), 'optimizer': opt.state_dict() if opt else None,
-                'scheduler': sched.state_dict() if sched else None}, tmp/'trainer_state.pt')
-    if final.exists(): shutil.rmtree(final)
-    tmp.rename(final)
-    return final
+    def write(tmp: Path):
+        save_span_reader(reader, tmp, tok)
+        atomic_write_json(tmp/'span_config.json', asdict(cfg))
+    return write_checkpoint(out_dir, state, write, opt, sched)
 
 def _span_resume(ckpt: Path, cfg: SpanReaderConfig, fp: str) -> dict:
     "The trainer state of `ckpt` after checking it belongs to this run; a clear error otherwise."
-    state = load_state(Path(ckpt)/'trainer_state.pt', fix='use another checkpoint')
-    if state['data_fingerprint'] != fp:
-        raise ValueError(f"cannot resume from {ckpt}: it was trained on other queries or another corpus (data "
-                         f"fingerprint {state['data_fingerprint']}, now {fp}); use another out_dir or resume=False")
-    old = {**asdict(SpanReaderConfig()), **json.loads((Path(ckpt)/'span_config.json').read_text())}  # older: defaults
-    diff = {k: (old.get(k), v) for k, v in asdict(cfg).items() if k not in _SPAN_FREE and old.get(k) != v
-            and not (k == 'reader' and same_model_source(old.get(k), v))}
-    if diff: raise ValueError(f"cannot resume from {ckpt}: its configuration differs in {diff} (checkpoint, now); "
-                              "use the same settings, another out_dir, or resume=False to start over")
-    return state
+    return resume_state(ckpt, cfg, fp, 'span_config.json', _SPAN_FREE, what='queries')
 
 
 # %% ../../nbs/19_realm_pretraining.ipynb #b2ea9079
@@ -1014,38 +1014,82 @@ class IctConfig:
     clip: float = 2.0
     seed: int = 0
     amp: str = 'none'  # training autocast: 'none' (fp32) or 'bf16' (the encoders' products; scores fp32)
+    save_every: int = 50  # steps between the checkpoints an interrupted run resumes from (in `<out_dir>.partial`)
 
-    def __post_init__(self): check_amp(self.amp)
+    def __post_init__(self):
+        if min(self.steps, self.batch_size, self.save_every) < 1:
+            raise ValueError("steps, batch_size and save_every must be >= 1")
+        check_amp(self.amp)
+
+_ICT_FREE = ('save_every',)
+
+def ict_fingerprint(pairs: list) -> str:
+    "A short hash of ICT pairs (queries and positives, in order)."
+    h = hashlib.sha256()
+    for e in pairs: h.update(json.dumps([e['query_ids'], e['doc_ids']]).encode())
+    return h.hexdigest()[:16]
 
 def train_ict(cfg: IctConfig, pairs: list, # `ict_pairs`
               out_dir, # the retriever folder written (and the run's log)
-              pad_id: int = 0, device: str | None = None, progress: bool = True) -> Path:
-    "Train a retriever with the ICT loss for `cfg.steps` steps; its folder (kept as is if it already exists)."
+              pad_id: int = 0, device: str | None = None, progress: bool = True,
+              resume: bool = True, # False: start over, even from an interrupted run's checkpoints
+              stop_after: int | None = None, # end after this step as if interrupted (writes a checkpoint)
+              deadline: float | None = None, # Unix time: checkpoint, raise `TrainingDeadline`
+             ) -> Path:
+    """Train a retriever with the ICT loss for `cfg.steps` steps; its folder (kept as is if it already exists).
+
+    Until it finishes, the run lives in `<out_dir>.partial` (its log and checkpoints) and resumes from there."""
     out = Path(out_dir)
     if (out/'retriever.json').exists() and (out/'ict.json').exists(): return out
     if len(pairs) < cfg.batch_size: raise ValueError(f"{len(pairs)} ICT pairs for batch_size={cfg.batch_size}: "
                                                      "cut more (ict_pairs' n or rows) or lower batch_size")
-    torch.manual_seed(cfg.seed)
-    r = load_retriever(cfg.retriever, device=device).train()
+    tmp, fp = out.with_name(out.name + '.partial'), ict_fingerprint(pairs)
+    cks = run_checkpoints(tmp, resume)
+    state = {'step': 0, 'data_fingerprint': fp}
+    if cks:
+        state = resume_state(cks[-1], cfg, fp, 'ict.json', _ICT_FREE, what='ICT pairs')
+        r = load_retriever(cks[-1], device=device).train()
+        truncate_metrics(tmp/'ict.jsonl', state['step'])
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        torch.manual_seed(cfg.seed)
+        r = load_retriever(cfg.retriever, device=device).train()
     autocast = amp_setup(cfg.amp, str(next(r.parameters()).device))[0]
     opt = torch.optim.AdamW([p for p in r.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
+    if cks:
+        opt.load_state_dict(state['optimizer'])
+        sched.load_state_dict(state['scheduler'])
+        set_rng_state(state['rng'])
+        state = {'step': state['step'], 'data_fingerprint': fp}
     stream = BatchStream([list(range(a, a + cfg.batch_size)) for a in range(0, len(pairs) - cfg.batch_size + 1,
                                                                            cfg.batch_size)], cfg.seed)
-    tmp = out.with_name(out.name + '.partial')
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for step in tqdm(range(cfg.steps), desc='ict', disable=not progress):
-        t0 = time.perf_counter()
-        with autocast(): loss = ict_loss(r, [pairs[i] for i in stream[step]], pad_id)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(r.parameters(), cfg.clip)
-        opt.step()
-        sched.step()
-        append_jsonl(tmp/'ict.jsonl', dict(step=step + 1, loss=loss.item(), seconds=time.perf_counter() - t0))
+    def write(d: Path):
+        save_retriever(r, d)
+        atomic_write_json(d/'ict.json', asdict(cfg))
+    run = CheckpointManager(tmp, cfg.steps, cfg.save_every, 1, stop_after, deadline, name='ICT')
+    bar = tqdm(total=cfg.steps, initial=state['step'], desc='ict', disable=not progress)
+    try:
+        while state['step'] < cfg.steps:
+            t0 = time.perf_counter()
+            with autocast(): loss = ict_loss(r, [pairs[i] for i in stream[state['step']]], pad_id)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(r.parameters(), cfg.clip)
+            opt.step()
+            sched.step()
+            state['step'] += 1
+            bar.update(1)
+            append_jsonl(tmp/'ict.jsonl', dict(step=state['step'], loss=loss.item(),
+                                                seconds=time.perf_counter() - t0))
+            if state['step'] < cfg.steps and run.step_done(state['step'],
+                                                           lambda: write_checkpoint(tmp, state, write, opt, sched)):
+                return run.result(state['step'])   # stopped early: its checkpoint (or `TrainingDeadline`)
+    finally: bar.close()
     save_retriever(r.eval(), tmp)
     atomic_write_json(tmp/'ict.json', dict(asdict(cfg), pairs=len(pairs)))
+    run_checkpoints(tmp, resume=False)   # deletes the checkpoints: the finished folder is the retriever alone
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     return out
