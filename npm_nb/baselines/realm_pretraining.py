@@ -1058,10 +1058,8 @@ def train_ict(cfg: IctConfig, pairs: list, # `ict_pairs`
     autocast = amp_setup(cfg.amp, str(next(r.parameters()).device))[0]
     opt = torch.optim.AdamW([p for p in r.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = get_linear_schedule_with_warmup(opt, min(cfg.warmup, cfg.steps), cfg.steps)
-    if cks:
-        opt.load_state_dict(state['optimizer'])
-        sched.load_state_dict(state['scheduler'])
-        set_rng_state(state['rng'])
+    if cks:   # a fresh run was seeded before the retriever was built (its projections' init): not seeded again
+        restore_or_seed(state, cfg.seed, opt, sched)
         state = {'step': state['step'], 'data_fingerprint': fp}
     stream = BatchStream([list(range(a, a + cfg.batch_size)) for a in range(0, len(pairs) - cfg.batch_size + 1,
                                                                            cfg.batch_size)], cfg.seed)
